@@ -1,0 +1,580 @@
+"""The instruction set, defined once.
+
+The binary format is the `amaranth.lib.data` layout `InstructionLayout` (512 bits: one HBM beat):
+the RTL decoder uses it as a signal view; the assembler, the disassembler, the compiler and the
+functional simulator encode and decode with `Layout.const` / `Layout.from_bits`, no simulation
+involved. The Python value types (`Operand`, `Dim`, `Flags`, `Instruction`) are named tuples
+generated from the layouts, and `OPCODES` says for every opcode which unit runs it, which fields it
+reads, which memory spaces each operand may name and what it does; `docs/isa.md` is generated from
+it (`python -m ringgpt.hw.isa --doc`).
+
+Addressing. Every address and size can be register-relative: an operand's effective address is
+`offset + R[reg]`, a dimension's value is `imm + R[reg]`. R0 reads 0. Before a run the host sets
+R1 = position of the first token of the run and R2 = number of tokens (rows) in the run, so one
+program serves every token position and prompt length without recompiling.
+
+Addresses count FP16 words in every space. Spaces: ABUF (activation buffer), WBUF (weight buffer),
+HBM (the card's HBM, interleaved over all pseudo-channels), HOST (the run's host buffer), IMM (the
+operand is the FP16 constant in the low 16 bits of `offset`, broadcast everywhere).
+"""
+# No `from __future__ import annotations`: amaranth.lib.data.Struct reads real annotations.
+
+import collections
+import dataclasses
+import json
+import re
+import struct
+import sys
+from dataclasses import dataclass
+
+from amaranth import signed, unsigned
+from amaranth.lib import data, enum
+
+INSTRUCTION_BITS = 512
+INSTRUCTION_BYTES = INSTRUCTION_BITS // 8
+NUM_REGS = 16
+REG_BITS = 32
+HOST_POS_REG = 1
+"""R1: position of the run's first token, written by the host before each run."""
+HOST_ROWS_REG = 2
+"""R2: number of tokens (rows) in the run, written by the host before each run."""
+
+
+class IllegalInstructionError(ValueError):
+    """An instruction word or text that does not encode a legal instruction."""
+
+
+class Space(enum.Enum, shape=unsigned(3)):
+    NONE = 0
+    ABUF = 1
+    WBUF = 2
+    HBM = 3
+    HOST = 4
+    IMM = 5
+
+
+class Unit(enum.Enum, shape=unsigned(3)):
+    CONTROL = 0
+    DMA = 1
+    MATRIX = 2
+    VECTOR = 3
+    ROUTER = 4
+
+
+class Opcode(enum.Enum, shape=unsigned(6)):
+    NOP = 0x00
+    HALT = 0x01
+    BARRIER = 0x02
+    SETI = 0x03
+    ADDI = 0x04
+    MULI = 0x05
+    ADD = 0x06
+    LOAD = 0x10
+    STORE = 0x11
+    GATHER = 0x12
+    MATMUL = 0x20
+    MASKED_QK = 0x21
+    VADD = 0x30
+    VSUB = 0x31
+    VMUL = 0x32
+    VSCALE_SHIFT = 0x33
+    VEXP = 0x34
+    VRECIP = 0x35
+    VRSQRT = 0x36
+    VGELU = 0x37
+    VSUM = 0x38
+    VDOT = 0x39
+    VMAX = 0x3A
+    ALLGATHER = 0x28
+    SEND = 0x29
+    RECV = 0x2A
+
+
+class OperandLayout(data.Struct):
+    space: Space
+    reg: unsigned(4)
+    offset: unsigned(32)
+
+
+class DimLayout(data.Struct):
+    reg: unsigned(4)
+    imm: unsigned(20)
+
+
+class FlagsLayout(data.Struct):
+    gelu: unsigned(1)
+    transpose: unsigned(1)
+    src2_row_scalar: unsigned(1)
+    aux_row_scalar: unsigned(1)
+    reserved: unsigned(4)
+
+
+STRIDE_BITS = 20
+
+
+class InstructionLayout(data.Struct):
+    opcode: Opcode
+    flags: FlagsLayout
+    dst: OperandLayout
+    src1: OperandLayout
+    src2: OperandLayout
+    aux: OperandLayout
+    rows: DimLayout
+    n: DimLayout
+    k: DimLayout
+    pos: DimLayout
+    dst_stride: unsigned(STRIDE_BITS)
+    src1_stride: unsigned(STRIDE_BITS)
+    src2_stride: unsigned(STRIDE_BITS)
+    aux_stride: unsigned(STRIDE_BITS)
+    rd: unsigned(4)
+    rs: unsigned(4)
+    rt: unsigned(4)
+    imm: signed(32)
+    reserved: unsigned(122)
+
+
+assert InstructionLayout.as_shape().size == INSTRUCTION_BITS, InstructionLayout.as_shape().size
+
+OPERANDS = ("dst", "src1", "src2", "aux")
+DIMS = ("rows", "n", "k", "pos")
+STRIDES = ("dst_stride", "src1_stride", "src2_stride", "aux_stride")
+CONTROL_FIELDS = ("rd", "rs", "rt", "imm")
+FLAG_NAMES = ("gelu", "transpose", "src2_row_scalar", "aux_row_scalar")
+
+
+def _tuple_type(name: str, layout) -> type:
+    fields = [field for field, _ in data.Layout.cast(layout)]
+    return collections.namedtuple(name, fields, defaults=[0] * len(fields))
+
+
+Operand = _tuple_type("Operand", OperandLayout)
+Dim = _tuple_type("Dim", DimLayout)
+Flags = _tuple_type("Flags", FlagsLayout)
+Operand.__new__.__defaults__ = (Space.NONE, 0, 0)
+_NESTED = {"flags": Flags, **{o: Operand for o in OPERANDS}, **{d: Dim for d in DIMS}}
+
+
+class Instruction(_tuple_type("InstructionFields", InstructionLayout)):
+    """One instruction: a named tuple of the InstructionLayout fields (nested tuples for operands,
+    dimensions and flags). Build them with `make()`; unset fields are zero."""
+    __slots__ = ()
+
+    @classmethod
+    def make(cls, opcode: Opcode, **fields) -> "Instruction":
+        full = {name: _NESTED[name]() for name in _NESTED}
+        full.update(fields)
+        inst = cls(opcode=opcode, **full)
+        validate(inst)
+        return inst
+
+    @property
+    def unit(self) -> Unit:
+        return OPCODES[self.opcode].unit
+
+    def encode(self) -> int:
+        return InstructionLayout.const(_to_dict(self)).as_bits()
+
+    def __str__(self) -> str:
+        return format_instruction(self)
+
+
+def _to_dict(value):
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {name: _to_dict(getattr(value, name)) for name in value._fields}
+    return value
+
+
+# --- what each opcode does -------------------------------------------------------------------
+
+ON_CHIP = (Space.ABUF, Space.WBUF)
+VECTOR_SRC = (Space.ABUF, Space.IMM)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    unit: Unit
+    summary: str
+    action: str
+    operands: dict = dataclasses.field(default_factory=dict)
+    """operand name -> allowed spaces"""
+    dims: tuple = ()
+    strides: tuple = ()
+    control: tuple = ()
+    flags: tuple = ()
+
+
+_ELEMENTWISE = ("for r < rows, j < n: ", "dst[dst + r*dst_stride + j] = ")
+
+
+def _vector_binary(op: str) -> OpSpec:
+    return OpSpec(Unit.VECTOR, f"elementwise {op}",
+                  f"{_ELEMENTWISE[0]}{_ELEMENTWISE[1]}fp16(a {op} b), a = src1[src1 + r*src1_stride + j], "
+                  "b = src2[src2 + r*src2_stride + j] (src2[src2 + r*src2_stride] with src2_row_scalar; "
+                  "the constant with IMM); computed in FP32, rounded once (numerics.vadd/vsub/vmul)",
+                  {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": VECTOR_SRC},
+                  ("rows", "n"), ("dst_stride", "src1_stride", "src2_stride"), flags=("src2_row_scalar",))
+
+
+def _vector_unary(fn: str) -> OpSpec:
+    return OpSpec(Unit.VECTOR, f"special function {fn} by lookup table",
+                  f"{_ELEMENTWISE[0]}{_ELEMENTWISE[1]}special('{fn}', src1[src1 + r*src1_stride + j]) "
+                  "(numerics.special: segment table and linear interpolation)",
+                  {"dst": (Space.ABUF,), "src1": (Space.ABUF,)},
+                  ("rows", "n"), ("dst_stride", "src1_stride"))
+
+
+OPCODES: dict[Opcode, OpSpec] = {
+    Opcode.NOP: OpSpec(Unit.CONTROL, "no operation", "nothing"),
+    Opcode.HALT: OpSpec(Unit.CONTROL, "end of program", "waits for every unit to drain, then ends the run"),
+    Opcode.BARRIER: OpSpec(Unit.CONTROL, "wait for all units",
+                           "issues nothing further until every instruction issued before it has completed"),
+    Opcode.SETI: OpSpec(Unit.CONTROL, "set register", "R[rd] = imm", control=("rd", "imm")),
+    Opcode.ADDI: OpSpec(Unit.CONTROL, "add immediate", "R[rd] = R[rs] + imm (32-bit wrap)", control=("rd", "rs", "imm")),
+    Opcode.MULI: OpSpec(Unit.CONTROL, "multiply by immediate", "R[rd] = R[rs] * imm (32-bit wrap)",
+                        control=("rd", "rs", "imm")),
+    Opcode.ADD: OpSpec(Unit.CONTROL, "add registers", "R[rd] = R[rs] + R[rt] (32-bit wrap)", control=("rd", "rs", "rt")),
+    Opcode.LOAD: OpSpec(Unit.DMA, "copy a 2-D block into an on-chip buffer",
+                        "for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 + r*src1_stride + j]; "
+                        "with transpose: dst[dst + j*dst_stride + r] = src1[src1 + r*src1_stride + j]",
+                        {"dst": ON_CHIP, "src1": (Space.HBM, Space.HOST, Space.ABUF)},
+                        ("rows", "n"), ("dst_stride", "src1_stride"), flags=("transpose",)),
+    Opcode.STORE: OpSpec(Unit.DMA, "copy a 2-D block from the activation buffer out to HBM or the host",
+                         "for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 + r*src1_stride + j]; "
+                         "with transpose: dst[dst + j*dst_stride + r] = src1[src1 + r*src1_stride + j] "
+                         "(how V is appended to the transposed V cache)",
+                         {"dst": (Space.HBM, Space.HOST), "src1": (Space.ABUF,)},
+                         ("rows", "n"), ("dst_stride", "src1_stride"), flags=("transpose",)),
+    Opcode.GATHER: OpSpec(Unit.DMA, "gather table rows by index (embedding lookup)",
+                          "for r < rows: i = uint16 bits of src2[src2 + r]; for j < n: "
+                          "dst[dst + r*dst_stride + j] = src1[src1 + i*src1_stride + j]",
+                          {"dst": (Space.ABUF,), "src1": (Space.HBM,), "src2": (Space.HOST, Space.ABUF)},
+                          ("rows", "n"), ("dst_stride", "src1_stride")),
+    Opcode.MATMUL: OpSpec(Unit.MATRIX, "matrix product with optional bias and fused GELU",
+                          "for r < rows, j < n: acc = dot(src1[src1 + r*src1_stride + 0:k], "
+                          "src2[src2 + j*src2_stride + 0:k]) (+ aux[aux + j] in FP32 when aux is set); "
+                          "dst[dst + r*dst_stride + j] = fp16(acc), then GELU when the gelu flag is set "
+                          "(numerics.matmul: exact products, mac_width folding tree, tile accumulation). "
+                          "The weight operand is column-major: column j is k contiguous words",
+                          {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
+                           "aux": (Space.NONE, Space.ABUF, Space.WBUF)},
+                          ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride"), flags=("gelu",)),
+    Opcode.MASKED_QK: OpSpec(Unit.MATRIX, "attention scores with causal mask, and each row's maximum",
+                             "for r < rows, j < n: dst[dst + r*dst_stride + j] = -Inf if j > pos + r else "
+                             "fp16(dot(src1[src1 + r*src1_stride + 0:k], src2[src2 + j*src2_stride + 0:k])); "
+                             "aux[aux + r*aux_stride] = max_j of that row (numerics.reduce_max)",
+                             {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
+                              "aux": (Space.ABUF,)},
+                             ("rows", "n", "k", "pos"), STRIDES),
+    Opcode.VADD: _vector_binary("+"),
+    Opcode.VSUB: _vector_binary("-"),
+    Opcode.VMUL: _vector_binary("*"),
+    Opcode.VSCALE_SHIFT: OpSpec(Unit.VECTOR, "scale and shift",
+                                f"{_ELEMENTWISE[0]}{_ELEMENTWISE[1]}fp16(a * b + c) with a = src1[src1 + r*src1_stride + j], "
+                                "b from src2 and c from aux (per element, per row with the *_row_scalar flags, or IMM); "
+                                "exact FP32 product, one rounded FP32 add (numerics.vscale_shift)",
+                                {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": VECTOR_SRC, "aux": VECTOR_SRC},
+                                ("rows", "n"), STRIDES, flags=("src2_row_scalar", "aux_row_scalar")),
+    Opcode.VEXP: _vector_unary("exp"),
+    Opcode.VRECIP: _vector_unary("recip"),
+    Opcode.VRSQRT: _vector_unary("rsqrt"),
+    Opcode.VGELU: _vector_unary("gelu"),
+    Opcode.VSUM: OpSpec(Unit.VECTOR, "row sum",
+                        "for r < rows: dst[dst + r*dst_stride] = reduce_sum(src1[src1 + r*src1_stride + 0:n]) "
+                        "(vector_width folding tree, FP32 tile accumulation, one rounding)",
+                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride")),
+    Opcode.VDOT: OpSpec(Unit.VECTOR, "row dot product",
+                        "for r < rows: dst[dst + r*dst_stride] = reduce_sum(a * b over j < n) with a from src1, "
+                        "b from src2 (or IMM); exact products, FP32 accumulation, one rounding",
+                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": VECTOR_SRC},
+                        ("rows", "n"), ("dst_stride", "src1_stride", "src2_stride")),
+    Opcode.VMAX: OpSpec(Unit.VECTOR, "row maximum",
+                        "for r < rows: dst[dst + r*dst_stride] = reduce_max(src1[src1 + r*src1_stride + 0:n])",
+                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride")),
+    Opcode.ALLGATHER: OpSpec(Unit.ROUTER, "ring all-gather of every card's column slice",
+                             "every card contributes rows x n words (its own n) from src1 (row stride src1_stride) "
+                             "to be placed at column k (its own offset); afterwards, on every card, "
+                             "dst[dst + r*dst_stride + k_c + j] holds card c's word (r, j) for every card c. "
+                             "All cards must reach their matching ALLGATHER (same rows)",
+                             {"dst": (Space.ABUF,), "src1": (Space.ABUF,)},
+                             ("rows", "n", "k"), ("dst_stride", "src1_stride")),
+    Opcode.SEND: OpSpec(Unit.ROUTER, "send a block to the next card on the ring",
+                        "sends rows x n words from src1 (row stride src1_stride) to card (id + 1) mod cards",
+                        {"src1": (Space.ABUF,)}, ("rows", "n"), ("src1_stride",)),
+    Opcode.RECV: OpSpec(Unit.ROUTER, "receive a block from the previous card on the ring",
+                        "receives rows x n words from card (id - 1) mod cards into dst (row stride dst_stride); "
+                        "the sender's rows and n must match",
+                        {"dst": (Space.ABUF,)}, ("rows", "n"), ("dst_stride",)),
+}
+
+assert set(OPCODES) == set(Opcode), "every opcode needs a specification"
+
+
+def _fail(word: str, field: str, message: str):
+    raise IllegalInstructionError(f"illegal instruction {word}: field '{field}': {message}")
+
+
+def validate(inst: Instruction, word: str | None = None) -> None:
+    """Raises IllegalInstructionError (naming the field) unless `inst` is legal: operands in allowed
+    spaces, fields the opcode does not use left zero, register numbers in range."""
+    where = word or inst.opcode.name
+    spec = OPCODES[inst.opcode]
+    for name in OPERANDS:
+        op = getattr(inst, name)
+        allowed = spec.operands.get(name)
+        if allowed is None:
+            if op != Operand():
+                _fail(where, name, f"{inst.opcode.name} does not use this operand; it must be zero")
+        elif op.space not in allowed:
+            _fail(where, f"{name}.space", f"{inst.opcode.name} takes {'/'.join(s.name for s in allowed)} here, "
+                                          f"not {op.space.name}")
+        elif op.space in (Space.NONE, Space.IMM) and op.reg:
+            _fail(where, f"{name}.reg", f"a {op.space.name} operand cannot be register-relative")
+        elif op.space == Space.IMM and op.offset >> 16:
+            _fail(where, f"{name}.offset", "an IMM operand holds a 16-bit FP16 constant")
+    for group, used in ((DIMS, spec.dims), (STRIDES, spec.strides), (CONTROL_FIELDS, spec.control)):
+        for name in group:
+            if name not in used and getattr(inst, name) not in (0, Dim()):
+                _fail(where, name, f"{inst.opcode.name} does not use this field; it must be zero")
+    for name in FLAG_NAMES:
+        if getattr(inst.flags, name) and name not in spec.flags:
+            _fail(where, f"flags.{name}", f"{inst.opcode.name} does not take this flag")
+    if inst.flags.reserved:
+        _fail(where, "flags.reserved", "reserved bits must be zero")
+    if inst.reserved:
+        _fail(where, "reserved", "reserved bits must be zero")
+
+
+def _read_field(view, name: str, path: str, label: str):
+    """A field of a decoded view as Python values (nested tuples), naming `path` on a bad encoding."""
+    try:
+        value = view[name]
+    except ValueError:
+        _fail(label, path, "no such encoding")
+    if isinstance(value, data.Const):
+        return _NESTED[name](**{sub: _read_field(value, sub, f"{path}.{sub}", label) for sub, _ in value.shape()})
+    return value
+
+
+def decode(word: int) -> Instruction:
+    """Decodes a 512-bit instruction word; raises IllegalInstructionError naming the word and field."""
+    if not (isinstance(word, int) and 0 <= word < (1 << INSTRUCTION_BITS)):
+        raise IllegalInstructionError(f"illegal instruction word ({type(word).__name__}, "
+                                      f"{word.bit_length() if isinstance(word, int) else '?'} bits): "
+                                      f"not a {INSTRUCTION_BITS}-bit unsigned word")
+    label = f"0x{word:0{INSTRUCTION_BITS // 4}x}"
+    view = InstructionLayout.from_bits(word)
+    inst = Instruction(**{name: _read_field(view, name, name, label) for name, _ in InstructionLayout.as_shape()})
+    validate(inst, label)
+    return inst
+
+
+# --- assembly text ------------------------------------------------------------------------------
+
+def _format_operand(op: Operand) -> str:
+    if op.space == Space.IMM:
+        return f"IMM[0x{op.offset:04x}]"
+    reg = f"+r{op.reg}" if op.reg else ""
+    return f"{op.space.name}[{op.offset}{reg}]"
+
+
+def _format_dim(dim: Dim) -> str:
+    if dim.reg and dim.imm:
+        return f"r{dim.reg}+{dim.imm}"
+    return f"r{dim.reg}" if dim.reg else str(dim.imm)
+
+
+def format_instruction(inst: Instruction) -> str:
+    """Assembly text of one instruction: the mnemonic, then key=value for every non-zero field."""
+    spec = OPCODES[inst.opcode]
+    parts = [inst.opcode.name]
+    parts += [f"{name}=r{getattr(inst, name)}" for name in ("rd", "rs", "rt") if name in spec.control]
+    if "imm" in spec.control:
+        parts.append(f"imm={inst.imm}")
+    parts += [f"{name}={_format_operand(getattr(inst, name))}" for name in OPERANDS
+              if getattr(inst, name).space != Space.NONE]
+    parts += [f"{name}={_format_dim(getattr(inst, name))}" for name in DIMS if getattr(inst, name) != Dim()]
+    parts += [f"{name}={getattr(inst, name)}" for name in STRIDES if getattr(inst, name)]
+    parts += [f"+{name}" for name in FLAG_NAMES if getattr(inst.flags, name)]
+    return " ".join(parts)
+
+
+_OPERAND_RE = re.compile(r"^(\w+)\[(0x[0-9a-fA-F]+|\d+)(?:\+r(\d+))?\]$")
+_DIM_RE = re.compile(r"^(?:r(\d+))?(?:\+?(\d+))?$")
+
+
+def parse_instruction(text: str, line: int | None = None) -> Instruction:
+    """Parses one line of assembly (see format_instruction); errors name the line and token."""
+    where = f"line {line}: " if line is not None else ""
+    tokens = text.split()
+    if not tokens:
+        raise IllegalInstructionError(f"{where}empty instruction")
+    try:
+        opcode = Opcode[tokens[0].upper()]
+    except KeyError:
+        raise IllegalInstructionError(f"{where}unknown mnemonic {tokens[0]!r}") from None
+    fields: dict = {}
+    flags: dict = {}
+    for token in tokens[1:]:
+        if token.startswith("+"):
+            if token[1:] not in FLAG_NAMES:
+                raise IllegalInstructionError(f"{where}unknown flag {token!r}; flags: {', '.join(FLAG_NAMES)}")
+            flags[token[1:]] = 1
+            continue
+        key, eq, value = token.partition("=")
+        if not eq:
+            raise IllegalInstructionError(f"{where}expected key=value or +flag, got {token!r}")
+        try:
+            if key in OPERANDS:
+                m = _OPERAND_RE.match(value)
+                if not m:
+                    raise ValueError(f"expected SPACE[offset] or SPACE[offset+rN], got {value!r}")
+                fields[key] = Operand(Space[m.group(1).upper()], int(m.group(3) or 0), int(m.group(2), 0))
+            elif key in DIMS:
+                m = _DIM_RE.match(value)
+                if not m or value == "":
+                    raise ValueError(f"expected N, rK or rK+N, got {value!r}")
+                fields[key] = Dim(int(m.group(1) or 0), int(m.group(2) or 0))
+            elif key in ("rd", "rs", "rt"):
+                if not re.fullmatch(r"r\d+", value):
+                    raise ValueError(f"expected a register rN, got {value!r}")
+                fields[key] = int(value[1:])
+            elif key in STRIDES or key == "imm":
+                fields[key] = int(value, 0)
+            else:
+                raise ValueError("unknown field")
+        except (ValueError, KeyError) as exc:
+            raise IllegalInstructionError(f"{where}bad token {token!r}: {exc}") from None
+    try:
+        _check_ranges(fields)
+        return Instruction.make(opcode, flags=Flags(**flags), **fields)
+    except IllegalInstructionError as exc:
+        raise IllegalInstructionError(f"{where}{exc}") from None
+
+
+def _check_ranges(fields: dict) -> None:
+    def check(name, value, bits, signed_=False):
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed_ else (0, (1 << bits) - 1)
+        if not lo <= value <= hi:
+            raise IllegalInstructionError(f"field '{name}' = {value} does not fit in {bits} bits")
+    for name, value in fields.items():
+        if name in OPERANDS:
+            check(f"{name}.reg", value.reg, 4)
+            check(f"{name}.offset", value.offset, 32)
+        elif name in DIMS:
+            check(f"{name}.reg", value.reg, 4)
+            check(f"{name}.imm", value.imm, 20)
+        elif name in STRIDES:
+            check(name, value, STRIDE_BITS)
+        elif name in ("rd", "rs", "rt"):
+            check(name, value, 4)
+        elif name == "imm":
+            check(name, value, 32, signed_=True)
+
+
+def assemble(text: str) -> list[Instruction]:
+    """Assembly text (one instruction per line; '#' starts a comment) to instructions."""
+    program = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            program.append(parse_instruction(line, number))
+    return program
+
+
+def disassemble(instructions) -> str:
+    return "\n".join(format_instruction(i) for i in instructions) + "\n"
+
+
+# --- programs: the binary artifact ------------------------------------------------------------------
+
+PROGRAM_MAGIC = b"RGPTPRG1"
+
+
+@dataclass
+class Program:
+    """One card's instruction stream with the configuration it was built for."""
+    instructions: list
+    config_name: str
+    config_hash: str
+    card: int = 0
+    cards: int = 1
+    meta: dict = dataclasses.field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        header = json.dumps({"config_name": self.config_name, "config_hash": self.config_hash,
+                             "card": self.card, "cards": self.cards, "count": len(self.instructions),
+                             "meta": self.meta}, sort_keys=True).encode()
+        body = b"".join(i.encode().to_bytes(INSTRUCTION_BYTES, "little") for i in self.instructions)
+        return PROGRAM_MAGIC + struct.pack("<I", len(header)) + header + body
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "Program":
+        if blob[:8] != PROGRAM_MAGIC:
+            raise IllegalInstructionError("not a ringgpt program (bad magic); was it built by `ringgpt compile`?")
+        (hlen,) = struct.unpack_from("<I", blob, 8)
+        try:
+            header = json.loads(blob[12:12 + hlen])
+        except ValueError as exc:
+            raise IllegalInstructionError(f"corrupt program header: {exc}") from None
+        body = blob[12 + hlen:]
+        if len(body) != header["count"] * INSTRUCTION_BYTES:
+            raise IllegalInstructionError(f"truncated program: header says {header['count']} instructions, "
+                                          f"body holds {len(body) / INSTRUCTION_BYTES:g}")
+        insts = []
+        for index in range(header["count"]):
+            word = int.from_bytes(body[index * INSTRUCTION_BYTES:(index + 1) * INSTRUCTION_BYTES], "little")
+            try:
+                insts.append(decode(word))
+            except IllegalInstructionError as exc:
+                raise IllegalInstructionError(f"instruction {index}: {exc}") from None
+        return cls(insts, header["config_name"], header["config_hash"], header["card"], header["cards"],
+                   header["meta"])
+
+
+# --- documentation ------------------------------------------------------------------------------
+
+def _bit_ranges(layout, prefix="", base=0):
+    for name, field in data.Layout.cast(layout):
+        shape = field.shape
+        full = f"{prefix}{name}"
+        if isinstance(shape, type) and issubclass(shape, data.Struct):
+            yield from _bit_ranges(shape, f"{full}.", base + field.offset)
+        else:
+            yield full, base + field.offset, field.width, shape
+
+
+def docs_markdown() -> str:
+    """docs/isa.md, generated from this module."""
+    out = ["# ringgpt instruction set", "",
+           "Generated from `hw/isa.py` by `python -m ringgpt.hw.isa --doc > docs/isa.md`; do not edit.", "",
+           __doc__.split("\n\n", 1)[1].strip(), "",
+           f"## Format\n\nEvery instruction is one {INSTRUCTION_BITS}-bit word (little-endian in memory). "
+           "Fields an opcode does not use must be zero; reserved bits must be zero; decoding anything else "
+           "raises `IllegalInstructionError` naming the word and the field.", "",
+           "| field | bits | width | type |", "|---|---|---|---|"]
+    for name, offset, width, shape in _bit_ranges(InstructionLayout):
+        kind = shape.__name__ if isinstance(shape, type) else ("signed" if shape.signed else "unsigned")
+        out.append(f"| `{name}` | {offset + width - 1}:{offset} | {width} | {kind} |")
+    out += ["", "Spaces: " + ", ".join(f"`{s.name}` = {s.value}" for s in Space) + ".",
+            "", "Assembly: `MNEMONIC key=value ... +flag`; operands `SPACE[offset]` or `SPACE[offset+rN]` "
+            "(`IMM[0x3c00]` is the FP16 constant 1.0), dimensions `N`, `rK` or `rK+N`, registers `rN`.", ""]
+    for unit in Unit:
+        out.append(f"## {unit.name.title()} unit\n")
+        for opcode, spec in OPCODES.items():
+            if spec.unit != unit:
+                continue
+            fields = list(spec.control) + [f"{o} ({'/'.join(s.name for s in spec.operands[o])})" for o in spec.operands]
+            fields += list(spec.dims) + list(spec.strides) + [f"+{f}" for f in spec.flags]
+            out += [f"### `{opcode.name}` (0x{opcode.value:02x}): {spec.summary}", "",
+                    f"- format: `{opcode.name}` " + (", ".join(f"`{f}`" for f in fields) or "no fields"),
+                    f"- action: {spec.action}", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--doc"]:
+        print(docs_markdown())
+    else:
+        print("usage: python -m ringgpt.hw.isa --doc", file=sys.stderr)
+        sys.exit(2)
