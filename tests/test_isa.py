@@ -1,0 +1,198 @@
+"""The instruction set: encode/decode and assemble/disassemble round trips for every opcode
+(property-based), the errors for illegal encodings and text, the program container, and that
+docs/isa.md is the one generated from the definition."""
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from ringgpt.hw import isa
+from ringgpt.hw.isa import (DIMS, FLAG_NAMES, OPCODES, OPERANDS, STRIDES, Dim, Flags, IllegalInstructionError,
+                            Instruction, InstructionLayout, Opcode, Operand, Program, Space, decode)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _field_offset(path: str) -> int:
+    return next(offset for name, offset, _, _ in isa._bit_ranges(InstructionLayout) if name == path)
+
+
+@st.composite
+def instructions(draw, opcode=None):
+    """A random legal instruction: only the fields its opcode uses are non-zero."""
+    opcode = opcode or draw(st.sampled_from(list(Opcode)))
+    spec = OPCODES[opcode]
+    fields = {}
+    for name, spaces in spec.operands.items():
+        space = draw(st.sampled_from(spaces))
+        if space == Space.NONE:
+            continue
+        if space == Space.IMM:
+            fields[name] = Operand(space, 0, draw(st.integers(0, 0xFFFF)))
+        else:
+            fields[name] = Operand(space, draw(st.integers(0, 15)), draw(st.integers(0, 2 ** 32 - 1)))
+    for name in spec.dims:
+        fields[name] = Dim(draw(st.integers(0, 15)), draw(st.integers(0, 2 ** 20 - 1)))
+    for name in spec.strides:
+        fields[name] = draw(st.integers(0, 2 ** isa.STRIDE_BITS - 1))
+    for name in spec.control:
+        fields[name] = draw(st.integers(-2 ** 31, 2 ** 31 - 1)) if name == "imm" else draw(st.integers(0, 15))
+    fields["flags"] = Flags(**{f: draw(st.integers(0, 1)) for f in spec.flags})
+    return Instruction.make(opcode, **fields)
+
+
+@settings(max_examples=300, deadline=None)
+@given(instructions())
+def test_encode_decode_round_trip(inst):
+    word = inst.encode()
+    assert 0 <= word < 2 ** isa.INSTRUCTION_BITS
+    assert decode(word) == inst
+
+
+@settings(max_examples=300, deadline=None)
+@given(instructions())
+def test_assemble_disassemble_round_trip(inst):
+    text = isa.format_instruction(inst)
+    assert isa.parse_instruction(text) == inst
+    assert isa.assemble(isa.disassemble([inst, inst])) == [inst, inst]
+
+
+@pytest.mark.parametrize("opcode", list(Opcode))
+def test_every_opcode_round_trips(opcode):
+    spec = OPCODES[opcode]
+    operands = {}
+    for name, spaces in spec.operands.items():
+        space = spaces[-1]
+        operands[name] = Operand(space, 0, 0x3C00) if space == Space.IMM else Operand(space, 1, 8)
+    inst = Instruction.make(opcode, **operands, **{d: Dim(2, 3) for d in spec.dims},
+                            **{s: 5 for s in spec.strides}, **{c: 1 for c in spec.control},
+                            flags=Flags(**{f: 1 for f in spec.flags}))
+    assert decode(inst.encode()) == inst
+    assert isa.parse_instruction(str(inst)) == inst
+    assert inst.unit == spec.unit
+
+
+def test_known_encoding():
+    """The bit positions are fixed by the layout: opcode in bits 5:0, dst.space at 16:14."""
+    inst = Instruction.make(Opcode.HALT)
+    assert inst.encode() == Opcode.HALT.value
+    load = Instruction.make(Opcode.LOAD, dst=Operand(Space.WBUF, 0, 0), src1=Operand(Space.HBM, 0, 0),
+                            rows=Dim(0, 1), n=Dim(0, 1))
+    word = load.encode()
+    assert (word >> _field_offset("dst.space")) & 0b111 == Space.WBUF.value
+    assert (word >> _field_offset("src1.space")) & 0b111 == Space.HBM.value
+
+
+def test_illegal_opcode_names_word_and_field():
+    with pytest.raises(IllegalInstructionError, match=r"illegal instruction 0x0+3f: field 'opcode'"):
+        decode(0x3F)
+
+
+def test_illegal_space_encoding():
+    word = Opcode.VADD.value | (7 << _field_offset("dst.space"))
+    with pytest.raises(IllegalInstructionError, match=r"field 'dst.space': no such encoding"):
+        decode(word)
+
+
+def test_operand_space_not_allowed():
+    word = Opcode.VADD.value | (Space.HBM.value << _field_offset("dst.space"))
+    with pytest.raises(IllegalInstructionError, match=r"field 'dst.space': VADD takes ABUF here, not HBM"):
+        decode(word)
+
+
+def test_unused_field_must_be_zero():
+    word = Instruction.make(Opcode.HALT).encode() | (5 << _field_offset("k.imm"))
+    with pytest.raises(IllegalInstructionError, match=r"field 'k': HALT does not use this field"):
+        decode(word)
+
+
+def test_reserved_bits_must_be_zero():
+    with pytest.raises(IllegalInstructionError, match=r"field 'reserved'"):
+        decode(Opcode.NOP.value | (1 << (isa.INSTRUCTION_BITS - 1)))
+    with pytest.raises(IllegalInstructionError, match=r"field 'flags.reserved'"):
+        decode(Opcode.NOP.value | (1 << _field_offset("flags.reserved")))
+
+
+def test_flag_not_taken_by_opcode():
+    vadd = Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF), src2=Operand(Space.ABUF))
+    word = vadd.encode() | (1 << _field_offset("flags.gelu"))
+    with pytest.raises(IllegalInstructionError, match=r"field 'flags.gelu': VADD does not take this flag"):
+        decode(word)
+
+
+def test_word_out_of_range():
+    with pytest.raises(IllegalInstructionError, match="not a 512-bit unsigned word"):
+        decode(1 << 512)
+    with pytest.raises(IllegalInstructionError, match="not a 512-bit unsigned word"):
+        decode(-1)
+
+
+def test_imm_operand_checks():
+    with pytest.raises(IllegalInstructionError, match="cannot be register-relative"):
+        Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF),
+                         src2=Operand(Space.IMM, 3, 0x3C00))
+    with pytest.raises(IllegalInstructionError, match="16-bit FP16 constant"):
+        Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF),
+                         src2=Operand(Space.IMM, 0, 0x10000))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("FROB dst=ABUF[0]", "line 1: unknown mnemonic 'FROB'"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] +fast", "unknown flag '\\+fast'"),
+    ("VADD dst=ABUF[x] src1=ABUF[0] src2=ABUF[0]", "bad token 'dst=ABUF\\[x\\]'"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=q", "bad token 'rows=q'"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=2000000", "'rows.imm' = 2000000 does not fit in 20 bits"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] colour=3", "bad token 'colour=3'"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] wat", "expected key=value"),
+    ("SETI rd=r16 imm=1", "'rd' = 16 does not fit in 4 bits"),
+    ("SETI rd=r1 imm=4294967296", "'imm' = 4294967296 does not fit in 32 bits"),
+    ("HALT rows=3", "HALT does not use this field"),
+])
+def test_assembler_errors(text, message):
+    with pytest.raises(IllegalInstructionError, match=message):
+        isa.assemble(text)
+
+
+def test_assembler_comments_and_line_numbers():
+    program = isa.assemble("# header\nSETI rd=r3 imm=7  # set\n\nHALT\n")
+    assert [i.opcode for i in program] == [Opcode.SETI, Opcode.HALT]
+    with pytest.raises(IllegalInstructionError, match="line 3: "):
+        isa.assemble("NOP\nNOP\nBOGUS\n")
+
+
+def test_register_relative_text():
+    inst = isa.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=r4 dst_stride=8 src1_stride=8")
+    assert inst.dst == Operand(Space.WBUF, 3, 64)
+    assert inst.src1 == Operand(Space.HBM, 0, 256)
+    assert inst.rows == Dim(2, 1) and inst.n == Dim(4, 0)
+
+
+def test_program_round_trip_and_errors():
+    body = [Instruction.make(Opcode.SETI, rd=3, imm=-5), Instruction.make(Opcode.HALT)]
+    program = Program(body, "u280-x4", "0123456789abcdef", card=2, cards=4, meta={"layer": 1})
+    again = Program.from_bytes(program.to_bytes())
+    assert again == program
+    blob = program.to_bytes()
+    with pytest.raises(IllegalInstructionError, match="bad magic"):
+        Program.from_bytes(b"XXXXXXXX" + blob[8:])
+    with pytest.raises(IllegalInstructionError, match="truncated program"):
+        Program.from_bytes(blob[:-1])
+    corrupt = bytearray(blob)
+    corrupt[-isa.INSTRUCTION_BYTES] = 0x3F  # the last instruction's opcode
+    with pytest.raises(IllegalInstructionError, match="instruction 1: illegal instruction .* field 'opcode'"):
+        Program.from_bytes(bytes(corrupt))
+
+
+def test_spec_covers_layout():
+    """Every operand, dimension, stride and flag the opcode table names exists in the layout."""
+    layout_fields = {name for name, _ in InstructionLayout.as_shape()}
+    assert set(OPERANDS) | set(DIMS) | set(STRIDES) <= layout_fields
+    assert set(FLAG_NAMES) <= {name for name, _ in isa.FlagsLayout.as_shape()}
+    for spec in OPCODES.values():
+        assert set(spec.operands) <= set(OPERANDS) and set(spec.dims) <= set(DIMS)
+        assert set(spec.strides) <= set(STRIDES) and set(spec.flags) <= set(FLAG_NAMES)
+
+
+def test_docs_are_generated_from_definition():
+    doc = (ROOT / "docs" / "isa.md").read_text()
+    assert doc == isa.docs_markdown() + "\n", "docs/isa.md is stale: python -m ringgpt.hw.isa --doc > docs/isa.md"
