@@ -99,8 +99,9 @@ def canonical_fp32(x: np.ndarray) -> np.ndarray:
 
 def mul_fp16_exact(a, b) -> np.ndarray:
     """FP16 x FP16 -> FP32, exact (the multiplier of the matrix and vector units)."""
-    return canonical_fp32(np.asarray(a, np.float16).astype(np.float32)
-                          * np.asarray(b, np.float16).astype(np.float32))
+    with np.errstate(invalid="ignore"):
+        return canonical_fp32(np.asarray(a, np.float16).astype(np.float32)
+                              * np.asarray(b, np.float16).astype(np.float32))
 
 
 def add_fp32(a, b) -> np.ndarray:
@@ -166,12 +167,16 @@ def dot_fp32(x, w, width: int) -> np.ndarray:
     return accumulate_tiles(canonical_fp32(products), width)
 
 
-def reduce_sum(a, width: int, b=None) -> np.float16:
+def reduce_sum(a, width: int, b=None, axis: int | None = None):
     """Vector reduce: sum of a (or of a * b, products exact) over the vector unit's adder tree of
-    `width` lanes, accumulated in FP32 across tiles, rounded once to FP16."""
-    a = np.asarray(a, np.float16).ravel()
-    terms = a.astype(np.float32) if b is None else mul_fp16_exact(a, np.asarray(b, np.float16).ravel())
-    return to_fp16(accumulate_tiles(terms, width))[()]
+    `width` lanes, accumulated in FP32 across tiles, rounded once to FP16. With `axis` None the sum
+    runs over all elements (an FP16 scalar); otherwise along `axis` (an FP16 array; b broadcasts)."""
+    a = np.asarray(a, np.float16)
+    if axis is None:
+        a, axis = a.ravel(), 0
+        b = None if b is None else np.asarray(b, np.float16).ravel()
+    terms = a.astype(np.float32) if b is None else mul_fp16_exact(a, b)
+    return to_fp16(accumulate_tiles(np.moveaxis(terms, axis, 0), width))[()]
 
 
 def max_key(x) -> np.ndarray:
@@ -189,18 +194,81 @@ def reduce_max(x, axis: int = -1) -> np.ndarray:
 
 # --- the matrix unit ------------------------------------------------------------------------
 
+MATMUL_BLOCK_FLOATS = 1 << 20
+"""FP32 products `matmul` holds at once (4 MiB): blocks of rows x columns are sized to this."""
+MATMUL_THREADS = 1
+"""torch threads `matmul` runs on (restored afterwards): its blocks are too small to gain from
+more, and spinning threads stall badly on a busy host."""
+
+
+def _torch_view(a: np.ndarray):
+    """A torch tensor sharing `a`'s memory (copied first if torch cannot view it)."""
+    import torch
+    if not a.flags.writeable or any(s < 0 for s in a.strides):
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
+    """FP32 accumulators of rows (M, K) against w (K, N), FP16 both: exactly dot_fp32 per output
+    element, computed blockwise with torch (IEEE binary32 multiplies and adds, no fusion) in the
+    same order: products of zero-padded operands, the folding tree within each tile in place,
+    then the tile sums added in order."""
+    import torch
+    m, k = rows.shape
+    n = w.shape[1]
+    tiles = max(1, -(-k // width))
+    kp = tiles * width
+    x32 = torch.zeros(m, kp)
+    x32[:, :k].copy_(_torch_view(rows))
+    wt = _torch_view(w.T)
+    out = torch.empty(m, n)
+    mb = max(1, min(m, MATMUL_BLOCK_FLOATS // kp))
+    nb = max(1, min(n, MATMUL_BLOCK_FLOATS // (mb * kp)))
+    w32 = torch.zeros(nb, kp)
+    products = torch.empty(mb * nb * kp)
+    for j0 in range(0, n, nb):
+        j1 = min(n, j0 + nb)
+        wj = w32[:j1 - j0]
+        wj[:, :k].copy_(wt[j0:j1])
+        for i0 in range(0, m, mb):
+            i1 = min(m, i0 + mb)
+            p = products[:(i1 - i0) * (j1 - j0) * kp].view(i1 - i0, j1 - j0, kp)
+            torch.mul(wj, x32[i0:i1, None, :], out=p)
+            v = p.view(i1 - i0, j1 - j0, tiles, width)
+            half = width
+            while half > 1:
+                half //= 2
+                v[..., :half].add_(v[..., half:2 * half])
+            sums = v[..., 0]
+            acc = out[i0:i1, j0:j1]
+            acc.copy_(sums[..., 0])
+            for t in range(1, tiles):
+                acc.add_(sums[..., t])
+    return out.numpy()
+
+
 def matmul(x, w, width: int, bias=None, gelu: bool = False) -> np.ndarray:
     """Matrix-unit result for rows x (M, K) or one vector x (K,) against w (K, N):
     per output element dot_fp32 (tree of `width`, tile accumulation), then + bias in FP32,
     rounded to FP16, then GELU by lookup table when `gelu`."""
     x = np.asarray(x, np.float16)
+    w = np.asarray(w, np.float16)
     rows = np.atleast_2d(x)
-    out = np.empty((rows.shape[0], np.shape(w)[1]), dtype=np.float16)
-    for m, row in enumerate(rows):
-        acc = dot_fp32(row, w, width)
-        if bias is not None:
-            acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
-        out[m] = to_fp16(acc)
+    if rows.ndim != 2 or w.ndim != 2 or rows.shape[1] != w.shape[0]:
+        raise ValueError(f"matmul shapes do not fit: x {x.shape}, w {w.shape} (want (M, K) or (K,) and (K, N))")
+    if width < 1 or width & (width - 1):
+        raise ValueError(f"adder tree width must be a power of two, got {width}")
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(MATMUL_THREADS)
+    try:
+        acc = _matmul_acc(rows, w, width)
+    finally:
+        torch.set_num_threads(threads)
+    if bias is not None:
+        acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
+    out = to_fp16(acc)
     if gelu:
         out = special("gelu", out)
     return out if x.ndim == 2 else out[0]

@@ -1,0 +1,165 @@
+"""The fast paths of hw/numerics.py against straightforward element-by-element references written
+here (Python loops over numpy float32 scalars, one IEEE operation at a time)."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringgpt.hw import numerics as nm
+
+SPECIAL_BITS = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF,
+                0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00, 0x3555, 0x5BFF, 0x1000, 0x9000]
+
+
+def fp16_arrays(shape_strategy):
+    """Arrays of FP16 values: random normals mixed with zeros, subnormals, extremes, Inf and NaN."""
+    bits = st.one_of(st.sampled_from(SPECIAL_BITS), st.integers(0, 0xFFFF),
+                     st.integers(0x2000, 0x4C00), st.integers(0xA000, 0xCC00))
+    return shape_strategy.flatmap(lambda shape: st.lists(bits, min_size=math.prod(shape), max_size=math.prod(shape))
+                                  .map(lambda b: np.array(b, np.uint16).reshape(shape).view(np.float16)))
+
+
+def ref_fp16(value: np.float32) -> int:
+    """Bit pattern of an FP32 scalar rounded to FP16 (canonical NaN)."""
+    if np.isnan(value):
+        return nm.FP16_CANONICAL_NAN
+    with np.errstate(over="ignore"):
+        return int(np.float16(value).view(np.uint16))
+
+
+def ref_tree_sum(terms: list, width: int) -> np.float32:
+    """Zero-pad to tiles of `width`, fold each tile (lane i + lane i + half), add tile sums in order."""
+    tiles = max(1, -(-len(terms) // width))
+    terms = terms + [np.float32(0.0)] * (tiles * width - len(terms))
+    acc = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(tiles):
+            lanes = terms[t * width:(t + 1) * width]
+            while len(lanes) > 1:
+                half = len(lanes) // 2
+                lanes = [np.float32(lanes[i] + lanes[i + half]) for i in range(half)]
+            acc = lanes[0] if acc is None else np.float32(acc + lanes[0])
+    return acc
+
+
+def ref_dot(x: np.ndarray, w_col: np.ndarray, width: int) -> np.float32:
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = [np.float32(np.float32(a) * np.float32(b)) for a, b in zip(x, w_col)]
+    return ref_tree_sum(products, width)
+
+
+def ref_matmul_bits(x: np.ndarray, w: np.ndarray, width: int, bias=None) -> np.ndarray:
+    out = np.zeros((x.shape[0], w.shape[1]), np.uint16)
+    for m in range(x.shape[0]):
+        for j in range(w.shape[1]):
+            acc = ref_dot(x[m], w[:, j], width)
+            if bias is not None:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    acc = np.float32(acc + np.float32(bias[j]))
+            out[m, j] = ref_fp16(acc)
+    return out
+
+
+def bits(a) -> np.ndarray:
+    return np.asarray(a, np.float16).view(np.uint16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), width=st.sampled_from([1, 2, 4, 8, 64]))
+def test_matmul_matches_elementwise_reference(data, width):
+    m = data.draw(st.integers(1, 3))
+    k = data.draw(st.integers(1, 70))
+    n = data.draw(st.integers(1, 6))
+    x = data.draw(fp16_arrays(st.just((m, k))))
+    w = data.draw(fp16_arrays(st.just((k, n))))
+    bias = data.draw(st.one_of(st.none(), fp16_arrays(st.just((n,)))))
+    got = nm.matmul(x, w, width, bias)
+    assert np.array_equal(bits(got), ref_matmul_bits(x, w, width, bias))
+
+
+def test_matmul_blocks_and_layouts_agree(monkeypatch):
+    """Blocking over rows and columns, a column-major weight view, a 1-D x and GELU: same bits."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 37)) * 4).astype(np.float16)
+    w_cols = rng.standard_normal((11, 37)).astype(np.float16)
+    bias = rng.standard_normal(11).astype(np.float16)
+    want = ref_matmul_bits(x, w_cols.T, 8, bias)
+    assert np.array_equal(bits(nm.matmul(x, w_cols.T, 8, bias)), want)
+    monkeypatch.setattr(nm, "MATMUL_BLOCK_FLOATS", 50)  # 1 row x 1 column per block
+    assert np.array_equal(bits(nm.matmul(x, np.ascontiguousarray(w_cols.T), 8, bias)), want)
+    monkeypatch.setattr(nm, "MATMUL_BLOCK_FLOATS", 200)  # 2 rows x 2 columns per block
+    assert np.array_equal(bits(nm.matmul(x, w_cols.T, 8, bias)), want)
+    assert np.array_equal(bits(nm.matmul(x[2], w_cols.T, 8, bias)), want[2])
+    gelu = nm.matmul(x, w_cols.T, 8, bias, gelu=True)
+    assert np.array_equal(bits(gelu), bits(nm.special("gelu", want.view(np.float16))))
+
+
+def test_matmul_signed_zero_padding_and_cancellation():
+    # All products -0: the zero padding of the last tile (+0) makes the sum +0.
+    x = np.full((1, 3), -1.0, np.float16)
+    w = np.zeros((3, 1), np.float16)
+    assert bits(nm.matmul(x, w, 4))[0, 0] == 0x0000
+    # With k a multiple of the width there is no padding, and -0 survives.
+    assert bits(nm.matmul(np.full((1, 4), -1.0, np.float16), np.zeros((4, 1), np.float16), 4))[0, 0] == 0x8000
+    # Inf - Inf inside a tile is the canonical NaN; an overflow rounds to Inf.
+    inf = np.array([[np.inf], [-np.inf]], np.float16)
+    assert bits(nm.matmul(np.ones((1, 2), np.float16), inf, 2))[0, 0] == nm.FP16_CANONICAL_NAN
+    big = np.full((2, 1), 60000, np.float16)
+    assert bits(nm.matmul(np.full((1, 2), 2.0, np.float16), big, 2))[0, 0] == 0x7C00
+
+
+def test_matmul_rejects_bad_shapes_and_widths():
+    with pytest.raises(ValueError, match="shapes do not fit"):
+        nm.matmul(np.zeros((2, 3), np.float16), np.zeros((4, 5), np.float16), 4)
+    with pytest.raises(ValueError, match="power of two"):
+        nm.matmul(np.zeros((2, 3), np.float16), np.zeros((3, 5), np.float16), 6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), width=st.sampled_from([1, 2, 8, 64]), with_b=st.booleans())
+def test_reduce_sum_matches_reference(data, width, with_b):
+    n = data.draw(st.integers(1, 150))
+    a = data.draw(fp16_arrays(st.just((n,))))
+    b = data.draw(fp16_arrays(st.just((n,)))) if with_b else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = [np.float32(a[i]) if b is None else np.float32(np.float32(a[i]) * np.float32(b[i])) for i in range(n)]
+    assert bits(nm.reduce_sum(a, width, b)) == ref_fp16(ref_tree_sum(terms, width))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), width=st.sampled_from([2, 8]))
+def test_reduce_sum_along_axis_equals_per_row(data, width):
+    rows, n = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 40))
+    a = data.draw(fp16_arrays(st.just((rows, n))))
+    b = data.draw(fp16_arrays(st.just((rows, n))))
+    got = nm.reduce_sum(a, width, b, axis=1)
+    assert got.shape == (rows,)
+    assert np.array_equal(bits(got), [bits(nm.reduce_sum(a[r], width, b[r])) for r in range(rows)])
+    got_t = nm.reduce_sum(a.T, width, axis=0)
+    assert np.array_equal(bits(got_t), [bits(nm.reduce_sum(a[r], width)) for r in range(rows)])
+
+
+@pytest.mark.parametrize("name", sorted(nm.SPECIAL_FUNCTIONS))
+def test_special_matches_per_pattern_reference_on_every_pattern(name):
+    base, slope = nm.lut_tables(name)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    got = bits(nm.special(name, every.view(np.float16)))
+    # Reference on a strided sample of patterns plus all the special ones (a full Python loop is slow).
+    sample = np.concatenate([every[::97], np.array(SPECIAL_BITS, np.uint16)])
+    for pattern in sample:
+        p = int(pattern)
+        if (p & 0x7C00) == 0x7C00 and p & 0x03FF:
+            want = nm.FP16_CANONICAL_NAN
+        else:
+            seg, frac = p >> nm.LUT_FRAC_BITS, p & ((1 << nm.LUT_FRAC_BITS) - 1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                want = ref_fp16(np.float32(np.float32(slope[seg] * np.float32(frac)) + base[seg]))
+        assert got[p] == want, (name, hex(p))
+
+
+def test_special_interpolates_close_to_the_function():
+    x = np.linspace(-4, 4, 101).astype(np.float16)
+    assert np.allclose(nm.special("gelu", x).astype(np.float64), nm.gelu_tanh(x.astype(np.float64)), atol=2e-2)
+    assert np.allclose(nm.special("exp", x).astype(np.float64), np.exp(x.astype(np.float64)), rtol=2e-2)
