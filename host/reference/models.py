@@ -1,0 +1,278 @@
+"""GPT-2 models for the reference path: the named sizes, loading (bundled model, Hugging Face checkpoint directory,
+seeded synthetic weights) with clear errors, and a content hash of the weights."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from ringgpt.host.errors import CheckpointError, DeviceUnavailableError, ModelSpecError
+
+VOCAB_SIZE = 50257
+N_POSITIONS = 1024
+
+
+class GPT2Size(NamedTuple):
+    n_layer: int
+    n_embd: int
+    n_head: int
+
+
+GPT2_SIZES: dict[str, GPT2Size] = {
+    "gpt2-124m": GPT2Size(12, 768, 12),
+    "gpt2-355m": GPT2Size(24, 1024, 16),
+    "gpt2-774m": GPT2Size(36, 1280, 20),
+    "gpt2-1.5b": GPT2Size(48, 1600, 25),
+}
+HF_ALIASES = {"gpt2": "gpt2-124m", "gpt2-medium": "gpt2-355m", "gpt2-large": "gpt2-774m", "gpt2-xl": "gpt2-1.5b"}
+
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / "bundled"
+SYNTHETIC_PREFIX = "synthetic:"
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+SPEC_KEYS = ("n_layer", "n_embd", "n_head", "n_positions", "vocab_size")
+REQUIRED_SPEC_KEYS = SPEC_KEYS[:3]
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+LEGACY_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints, not weights
+
+
+def size_config(name: str) -> GPT2Config:
+    """The GPT2Config of a named size ("gpt2-124m" ... or its Hugging Face alias "gpt2" ...)."""
+    size = GPT2_SIZES.get(HF_ALIASES.get(name, name))
+    if size is None:
+        raise ModelSpecError(f"unknown GPT-2 size {name!r}: use one of {', '.join([*GPT2_SIZES, *HF_ALIASES])}")
+    return GPT2Config(vocab_size=VOCAB_SIZE, n_positions=N_POSITIONS, **size._asdict())
+
+
+def synthetic_config(spec: str) -> GPT2Config:
+    """GPT2Config from the part after "synthetic:": a size name or "n_layer=2,n_embd=128,n_head=2[,n_positions=..,vocab_size=..]"."""
+    if "=" not in spec:
+        return size_config(spec)
+    fields: dict[str, int] = {}
+    for item in spec.split(","):
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in SPEC_KEYS:
+            raise ModelSpecError(f"unknown field {key!r} in synthetic spec {spec!r}: use {', '.join(SPEC_KEYS)}")
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            raise ModelSpecError(f"{key}={value!r} in synthetic spec {spec!r} is not an integer") from None
+        if fields[key] < 1:
+            raise ModelSpecError(f"{key}={fields[key]} in synthetic spec {spec!r} must be at least 1")
+    missing = [k for k in REQUIRED_SPEC_KEYS if k not in fields]
+    if missing:
+        raise ModelSpecError(f"synthetic spec {spec!r} lacks {', '.join(missing)}: give n_layer, n_embd and n_head")
+    if fields["n_embd"] % fields["n_head"]:
+        raise ModelSpecError(f"n_embd={fields['n_embd']} is not a multiple of n_head={fields['n_head']} in {spec!r}")
+    fields.setdefault("vocab_size", VOCAB_SIZE)
+    fields.setdefault("n_positions", N_POSITIONS)
+    eos = min(GPT2Config().eos_token_id, fields["vocab_size"] - 1)
+    return GPT2Config(bos_token_id=eos, eos_token_id=eos, **fields)
+
+
+def resolve_device(device: str) -> torch.device:
+    """torch.device for "cpu", "cuda", "cuda:N" or "auto" (CUDA when present, else CPU)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(f"device {device!r} was requested but torch sees no CUDA GPU "
+                                         f"(torch {torch.__version__}): use device 'cpu' or 'auto'")
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise DeviceUnavailableError(f"device {device!r} was requested but only {torch.cuda.device_count()} "
+                                         "CUDA GPU(s) are present: use a smaller index")
+        return torch.device(device)
+    raise DeviceUnavailableError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto")
+
+
+def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+               seed: int = 0) -> GPT2LMHeadModel:
+    """GPT2LMHeadModel in eval mode from "bundled", a checkpoint directory, or "synthetic:<size or spec>" (seeded)."""
+    target = resolve_device(device)
+    if dtype not in DTYPES.values():
+        raise ModelSpecError(f"dtype {dtype} is not supported: use {' or '.join(map(str, DTYPES.values()))}")
+    if source.startswith(SYNTHETIC_PREFIX):
+        model = _synthetic_model(synthetic_config(source[len(SYNTHETIC_PREFIX):]), dtype, seed)
+    elif source == "bundled":
+        if not (BUNDLED_MODEL_DIR / "config.json").is_file():
+            raise CheckpointError(f"the bundled model is not installed ({BUNDLED_MODEL_DIR} has no config.json): "
+                                  "use 'synthetic:gpt2-124m' for random weights or a Hugging Face GPT-2 checkpoint directory")
+        model = _checkpoint_model(BUNDLED_MODEL_DIR, dtype)
+    else:
+        model = _checkpoint_model(Path(source), dtype)
+    model.config.name_or_path = source
+    return model.to(target).eval()
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """sha256 over the names, shapes, dtypes and bytes of the weights in name order (tied weights counted once)."""
+    persistent = model.state_dict().keys()
+    tensors = dict(model.named_parameters())
+    tensors.update((n, b) for n, b in model.named_buffers() if n in persistent)
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        digest.update(f"{name}\0{tuple(t.shape)}\0{t.dtype}\0".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _empty_model(config: GPT2Config) -> GPT2LMHeadModel:
+    with torch.device("meta"):
+        return GPT2LMHeadModel(config)
+
+
+def _synthetic_model(config: GPT2Config, dtype: torch.dtype, seed: int) -> GPT2LMHeadModel:
+    """GPT-2 initialisation (N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer), LayerNorm 1/0, biases 0),
+    drawn tensor by tensor in name order from one seeded generator."""
+    model = _empty_model(config).to(dtype)
+    model.to_empty(device="cpu")
+    model.tie_weights()
+    gen = torch.Generator().manual_seed(seed)
+    proj_std = config.initializer_range / math.sqrt(2 * config.n_layer)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if ".ln_" in name:
+                param.fill_(1.0 if name.endswith(".weight") else 0.0)
+            elif name.endswith(".bias"):
+                param.zero_()
+            else:
+                std = proj_std if name.endswith("c_proj.weight") else config.initializer_range
+                param.copy_(torch.empty(param.shape).normal_(0.0, std, generator=gen))
+    return model
+
+
+def _checkpoint_model(directory: Path, dtype: torch.dtype) -> GPT2LMHeadModel:
+    if not directory.exists():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist: pass 'bundled', "
+                              "'synthetic:<size>' or the path of a Hugging Face GPT-2 checkpoint directory")
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is a file: pass the directory that holds config.json and the weights")
+    config = _read_config(directory)
+    state = _read_weights(directory)
+    model = _empty_model(config)
+    _check_state(state, model, directory)
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
+    model.tie_weights()
+    return model
+
+
+def _read_config(directory: Path) -> GPT2Config:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{directory} has no config.json: a Hugging Face GPT-2 checkpoint directory holds "
+                              "config.json and model.safetensors (or pytorch_model.bin)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}): restore the checkpoint's config.json") from None
+    if not isinstance(data, dict) or data.get("model_type") != "gpt2":
+        kind = data.get("model_type") if isinstance(data, dict) else None
+        raise CheckpointError(f"{path} describes model_type {kind!r}, not 'gpt2': ringgpt runs GPT-2 checkpoints only")
+    return GPT2Config.from_dict(data)
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    name = next((n for n in WEIGHT_FILES if (directory / n).is_file()), None)
+    if name is None:
+        raise CheckpointError(f"no weights file in {directory}: expected one of {', '.join(WEIGHT_FILES)}")
+    if name.endswith(".index.json"):
+        files = _shards(directory / name)
+    else:
+        files = [directory / name]
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        state.update(_read_safetensors(path) if path.suffix == ".safetensors" else _read_torch(path))
+    return {_canonical_name(k): v for k, v in state.items() if not k.endswith(LEGACY_BUFFER_SUFFIXES)}
+
+
+def _shards(index_path: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+        names = list(dict.fromkeys(weight_map.values()))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"{index_path} is not a valid shard index ({exc!r}): restore it from the checkpoint") from None
+    paths = [index_path.parent / n for n in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise CheckpointError(f"{index_path} lists shards that are missing: {', '.join(missing)}: copy them into "
+                              f"{index_path.parent}")
+    return paths
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Checks the header against the file size (a clear message for truncated files), then loads."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise CheckpointError(f"{path} is truncated ({size} bytes, less than the 8-byte safetensors header "
+                                  "length): download the checkpoint again")
+        header_len = int.from_bytes(prefix, "little")
+        if 8 + header_len > size:
+            raise CheckpointError(f"{path} is corrupt or truncated: its header length {header_len} runs past the end "
+                                  f"of the file ({size} bytes): download the checkpoint again")
+        try:
+            header = json.loads(f.read(header_len))
+            data_end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError):
+            raise CheckpointError(f"{path} has a corrupt safetensors header: download the checkpoint again") from None
+    if 8 + header_len + data_end > size:
+        raise CheckpointError(f"{path} is truncated: its tensor data ends at byte {8 + header_len + data_end} but the "
+                              f"file has {size} bytes: download the checkpoint again")
+    try:
+        return load_file(path)
+    except SafetensorError as exc:
+        raise CheckpointError(f"{path} is corrupt ({exc}): download the checkpoint again") from None
+
+
+def _read_torch(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"cannot read {path}: it is corrupt or truncated ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}): download the checkpoint again") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors: it is not a model weights file")
+    return state
+
+
+def _canonical_name(name: str) -> str:
+    """Names as GPT2LMHeadModel has them (checkpoints of the bare GPT2Model lack the "transformer." prefix)."""
+    return name if name.startswith(("transformer.", "lm_head.")) else f"transformer.{name}"
+
+
+def _check_state(state: dict[str, torch.Tensor], model: GPT2LMHeadModel, origin: Path) -> None:
+    """Drops lm_head.weight when it is tied to the embedding, then checks names, shapes and dtypes against `model`."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        expected.pop("lm_head.weight")
+        state.pop("lm_head.weight", None)
+    missing = sorted(expected.keys() - state.keys())
+    if missing:
+        raise CheckpointError(f"checkpoint {origin} lacks {len(missing)} tensor(s) that its config.json needs, "
+                              f"e.g. {', '.join(missing[:3])}: the weights file is incomplete or from another model")
+    extra = sorted(state.keys() - expected.keys())
+    if extra:
+        raise CheckpointError(f"checkpoint {origin} has {len(extra)} tensor(s) that a GPT-2 LM with its config.json "
+                              f"does not, e.g. {', '.join(extra[:3])}: config.json and the weights do not match")
+    c = model.config
+    for name in sorted(expected):
+        if tuple(state[name].shape) != expected[name]:
+            raise CheckpointError(
+                f"tensor {name} has shape {tuple(state[name].shape)} in checkpoint {origin} but its config.json "
+                f"(n_layer={c.n_layer}, n_embd={c.n_embd}, n_head={c.n_head}, vocab_size={c.vocab_size}, "
+                f"n_positions={c.n_positions}) needs {expected[name]}: config.json and the weights do not match")
+        if not state[name].is_floating_point():
+            raise CheckpointError(f"tensor {name} in checkpoint {origin} has dtype {state[name].dtype}, "
+                                  "not a floating-point type: it is not a GPT-2 weights file")

@@ -1,0 +1,89 @@
+"""`ringgpt generate` through click's CliRunner on a synthetic model: streamed text equals the reference tokens,
+status lines on stderr, bad input exits 2 with one line and no traceback."""
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+from test_reference_support import TINY
+
+from ringgpt.host import cli
+from ringgpt.host.reference.generate import generate
+from ringgpt.host.reference.models import load_model
+from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.host.tokenizer import load_tokenizer
+
+RUN = ["generate", "--model", TINY, "--device", "cpu", "--max-new-tokens", "6"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, [*RUN, *args])
+
+
+def expected_text(prompt, cfg):
+    tok = load_tokenizer()
+    ids = generate(load_model(TINY), tok.encode(prompt), cfg).generated_ids
+    return prompt + tok.decode([i for i in ids if i != tok.eos_id]) + "\n"
+
+
+def test_prints_the_reference_tokens():
+    result = invoke("Hello world")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected_text("Hello world", SamplingConfig(max_new_tokens=6))
+    assert "time to first token" in result.stderr and "ms/token" in result.stderr
+
+
+def test_sampling_options_reach_the_sampler():
+    result = invoke("Hello world", "--sample", "--temperature", "1.3", "--top-k", "20", "--top-p", "0.9",
+                    "--seed", "9")
+    cfg = SamplingConfig(greedy=False, temperature=1.3, top_k=20, top_p=0.9, seed=9, max_new_tokens=6)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected_text("Hello world", cfg)
+
+
+def test_default_prompt():
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(cli.DEFAULT_PROMPT)
+
+
+def test_streams_each_token_as_it_comes(monkeypatch):
+    """Each on_token call has written its text to stdout before the backend continues."""
+    text = "Hello there, streaming world"
+    ids = load_tokenizer().encode(text)
+    written = []
+
+    def backend(request, on_token, status):
+        for i in ids:
+            on_token(i)
+            sys.stdout.flush()
+            written.append(sys.stdout.buffer.getvalue().decode())
+        return generate(load_model(TINY), request.prompt_ids, request.sampling, return_logits=False)
+    monkeypatch.setitem(cli.BACKENDS, "reference", backend)
+    result = invoke("P:")
+    assert result.exit_code == 0, result.output
+    assert written == ["P:" + load_tokenizer().decode(ids[:n]) for n in range(1, len(ids) + 1)]
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
+    (["--sample", "--temperature", "0"], "temperature=0.0 must be a finite number > 0"),
+    (["--max-new-tokens", "0"], "max_new_tokens=0 must be an integer >= 1"),
+    (["--model", "/nonexistent/ckpt"], "checkpoint directory /nonexistent/ckpt does not exist"),
+    (["--model", "synthetic:gpt2-huge"], "unknown GPT-2 size"),
+    (["--max-new-tokens", "1020", "a b c d e f"], "exceeds the model's context of 1024"),
+    ([""], "the prompt is empty"),
+])
+def test_bad_input_exits_2_with_one_line(args, phrase):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and phrase in error_lines[0]
+    assert result.stderr.splitlines()[-1] == error_lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
+def test_cuda_without_gpu_exits_2():
+    result = invoke("--device", "cuda")
+    assert result.exit_code == 2 and "no CUDA GPU" in result.stderr

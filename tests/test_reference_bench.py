@@ -1,0 +1,42 @@
+"""scripts/bench_reference.py: runs one small cell on CPU and writes its JSON report."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from ringgpt.host.reference.timing import DYNAMIC, STATIC_COMPILED, device_name
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_reference.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_reference", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_one_cell_on_cpu(bench, tmp_path):
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(bench, ["--sizes", "gpt2-124m", "--lengths", "4:3", "--repeats", "1", "--warmup", "0",
+                                        "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["device"] == device_name(torch.device("cpu")) and report["dtype"] == "fp32"
+    [cell] = report["cells"]
+    assert (cell["size"], cell["variant"], cell["prompt_len"], cell["new_tokens"]) == ("gpt2-124m", DYNAMIC, 4, 3)
+    assert f"{STATIC_COMPILED} skipped" in result.output
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--lengths", "32x32"], "prompt:output pairs"),
+    (["--sizes", "gpt2-huge"], "unknown GPT-2 size"),
+])
+def test_bad_arguments(bench, tmp_path, args, phrase):
+    result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "b.json")])
+    assert result.exit_code != 0 and phrase in result.output
+    assert not (tmp_path / "b.json").exists()

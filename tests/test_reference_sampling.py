@@ -1,0 +1,106 @@
+"""SamplingConfig validation and TokenSampler: greedy, seeded reproducibility, top-k / top-p support, and the
+empirical distribution against softmax(logits / temperature)."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ringgpt.host.errors import RequestError, SamplingConfigError
+from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler
+
+SAMPLE = SamplingConfig(greedy=False, temperature=0.8, seed=5)
+
+
+def random_logits(n, vocab=1000, seed=0):
+    return [row.astype(np.float32) for row in np.random.default_rng(seed).normal(0, 3, (n, vocab))]
+
+
+def draws(cfg, logits, n):
+    sampler = TokenSampler(cfg)
+    return np.array([sampler.next_token(logits) for _ in range(n)])
+
+
+@pytest.mark.parametrize("changes, phrase", [
+    (dict(temperature=0.0), "temperature=0.0 must be a finite number > 0"),
+    (dict(temperature=-1.0), "temperature=-1.0"),
+    (dict(temperature=float("nan")), "temperature=nan"),
+    (dict(top_k=-1), "top_k=-1 must be an integer >= 0"),
+    (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
+    (dict(top_p=1.5), r"top_p=1.5 must be in \(0, 1\]"),
+    (dict(max_new_tokens=0), "max_new_tokens=0 must be an integer >= 1"),
+    (dict(seed=-3), "seed=-3 must be an integer >= 0"),
+])
+def test_out_of_range_parameters(changes, phrase):
+    with pytest.raises(SamplingConfigError, match=phrase):
+        replace(SAMPLE, **changes).validate()
+
+
+def test_top_k_above_vocabulary():
+    with pytest.raises(SamplingConfigError, match="top_k=51 exceeds the vocabulary size 50"):
+        replace(SAMPLE, top_k=51).validate(vocab_size=50)
+    with pytest.raises(SamplingConfigError, match="exceeds the vocabulary size 50"):
+        TokenSampler(replace(SAMPLE, top_k=51)).next_token(np.zeros(50, np.float32))
+
+
+def test_greedy_ignores_temperature():
+    SamplingConfig(greedy=True, temperature=0.0).validate()
+
+
+def test_greedy_is_argmax():
+    sampler = TokenSampler(SamplingConfig())
+    assert [sampler.next_token(x) for x in random_logits(20)] == [int(np.argmax(x)) for x in random_logits(20)]
+
+
+def test_top_k_1_is_greedy():
+    sampler = TokenSampler(replace(SAMPLE, top_k=1, temperature=2.0))
+    assert [sampler.next_token(x) for x in random_logits(50)] == [int(np.argmax(x)) for x in random_logits(50)]
+
+
+def test_reproducible_under_a_seed_and_different_under_another():
+    def run(seed):
+        sampler = TokenSampler(replace(SAMPLE, seed=seed))
+        return [sampler.next_token(x) for x in random_logits(50)]
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+def test_distribution_matches_softmax_with_temperature():
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0], np.float32)
+    expected = np.exp(logits / 0.8) / np.exp(logits / 0.8).sum()
+    counts = np.bincount(draws(SAMPLE, logits, 20000), minlength=logits.size)
+    np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.015)
+
+
+def test_top_k_keeps_only_the_k_largest():
+    logits = random_logits(1)[0]
+    chosen = set(draws(replace(SAMPLE, top_k=5, temperature=5.0), logits, 2000).tolist())
+    assert chosen == set(np.argsort(logits)[-5:].tolist())
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+    probs = np.array([0.05, 0.5, 0.15, 0.3])  # sorted: 0.5, 0.3 (cumulative 0.8 >= 0.7), then 0.15, 0.05
+    logits = np.log(probs).astype(np.float32)
+    counts = np.bincount(draws(replace(SAMPLE, temperature=1.0, top_p=0.7), logits, 10000), minlength=4)
+    assert counts[0] == counts[2] == 0
+    assert counts[1] / counts.sum() == pytest.approx(0.5 / 0.8, abs=0.02)
+
+
+@pytest.mark.parametrize("logits, phrase", [
+    (np.zeros((2, 5), np.float32), "1-D array"),
+    (np.zeros(0, np.float32), "1-D array"),
+    (np.array([0.0, np.nan], np.float32), "NaN"),
+])
+def test_bad_logits(logits, phrase):
+    with pytest.raises(RequestError, match=phrase):
+        TokenSampler(SAMPLE).next_token(logits)
+
+
+def test_json_round_trip():
+    cfg = SamplingConfig(greedy=False, temperature=0.7, top_k=40, top_p=0.9, seed=3, max_new_tokens=9,
+                         stop_at_eos=False)
+    assert SamplingConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_json_with_unknown_parameter():
+    with pytest.raises(SamplingConfigError, match="unknown sampling parameters"):
+        SamplingConfig.from_json('{"greedy": true, "beam_width": 4}')
