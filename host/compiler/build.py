@@ -1,0 +1,448 @@
+"""compile_model: a GPT-2 model and an architecture config in, an appliance image out (one row-generic
+program per card, each card's HBM contents, the host layout). See docs/compiler.md."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
+from ringgpt.host.compiler.errors import CapacityError, CompileError
+from ringgpt.host.compiler.layout import STAT_WORDS, AbufPlan, CardShape, HbmMap, Stat, align_up, choose_abuf_plans
+from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
+from ringgpt.host.compiler.partition import Partition, partition, split
+from ringgpt.host.image import ApplianceImage, CardImage
+from ringgpt.host.reference.models import weights_hash
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
+
+COMPILER_VERSION = 1
+"""Bumped whenever the programs or the layout change (part of the image cache key)."""
+DEFAULT_WBUF_SLOTS = 2
+"""Weight-buffer slots the stream rotates through: the DMA fills one while the matrix unit reads the other."""
+
+POS, ROWS = HOST_POS_REG, HOST_ROWS_REG
+TOKENS = 3
+"""R3 = pos + rows: the keys visible to the run's last token."""
+POS_KV = 4
+"""R4 = pos * 2 * local_heads * head_dim: the first new row of the layer's KV cache."""
+POS_D = 5
+"""R5 = pos * n_embd: the first position-embedding row."""
+LAST_ROW = 6
+"""R6 = (rows - 1) * n_embd: the last token's row of the residual stream."""
+FIRST_FREE_REG = 7
+"""R7 and up: pos * width for each head-group width (the first new row of a KV area's K)."""
+
+LAYER_SLICES = ("qkv", "proj", "fc", "fc2")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One MATMUL's weights inside a weight-buffer load: `cols` columns of `k` words (column-major), then
+    `cols` bias words when `bias`. `origin` says where the columns come from: (layer, slice index, first
+    local column)."""
+    unit: int
+    offset: int
+    cols: int
+    k: int
+    bias: bool
+    origin: tuple
+
+    @property
+    def words(self) -> int:
+        return self.cols * (self.k + self.bias)
+
+
+@dataclass(frozen=True)
+class LoadUnit:
+    """One LOAD of contiguous HBM words into a weight-buffer slot."""
+    hbm: int
+    words: int
+
+
+def _fit_columns(space: int, k: int, bias: bool, align: int) -> int:
+    cols = space // (k + bias)
+    return cols - cols % align if cols >= align else cols
+
+
+class StreamPacker:
+    """Cuts weight slices into pieces packed into loads of at most `slot_words`, in consumption order."""
+
+    def __init__(self, slot_words: int, align: int):
+        self.slot_words, self.align = slot_words, align
+        self.units: list = []
+        self.pieces: list = []
+        self._open = None  # (hbm start, words used) of the unit being filled
+
+    def close(self) -> None:
+        if self._open is not None:
+            self.units.append(LoadUnit(*self._open))
+            self._open = None
+
+    def add(self, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, contiguous: bool = True) -> int:
+        """Packs `ncols` columns whose data starts at HBM word hbm_at; returns the HBM word after them.
+        `contiguous`: the data follows the open unit's (else a new unit starts)."""
+        if k + bias > self.slot_words:
+            raise CapacityError(f"one weight column of {k} words does not fit a weight-buffer slot of "
+                                f"{self.slot_words} words: use fewer weight-buffer slots")
+        if not contiguous:
+            self.close()
+        layer, index, col = origin
+        while ncols:
+            if self._open is None:
+                self._open = (hbm_at, 0)
+            start, used = self._open
+            take = min(ncols, _fit_columns(self.slot_words - used, k, bias, self.align))
+            if take == 0:
+                self.close()
+                continue
+            piece = Piece(len(self.units), used, take, k, bias, (layer, index, col))
+            self.pieces.append(piece)
+            self._open = (start, used + piece.words)
+            hbm_at += piece.words
+            col += take
+            ncols -= take
+        return hbm_at
+
+
+class WeightStream:
+    """Emits the stream's LOADs into the ring of weight-buffer slots (unit u goes to slot u mod S). A unit's
+    LOAD may be emitted once every MATMUL reading the slot's previous unit (u - S) has been."""
+
+    def __init__(self, asm: Asm, units: list, pieces: list, slot_words: int, slots: int):
+        self.asm, self.units, self.pieces, self.slot_words, self.slots = asm, units, pieces, slot_words, slots
+        self.loaded = 0
+        self.used = 0
+
+    def slot(self, unit: int) -> int:
+        return (unit % self.slots) * self.slot_words
+
+    def fill(self, ahead: int | None = None) -> None:
+        """Emits the LOADs of the next units, up to `ahead` units past the one being read (default: all slots)."""
+        current = self.pieces[self.used].unit if self.used < len(self.pieces) else len(self.units)
+        limit = current + (self.slots if ahead is None else min(ahead, self.slots))
+        while self.loaded < min(limit, len(self.units)):
+            unit = self.units[self.loaded]
+            self.asm(Opcode.LOAD, dst=wbuf(self.slot(self.loaded)), src1=hbm(unit.hbm), rows=1, n=unit.words)
+            self.loaded += 1
+
+    def take(self) -> tuple[Piece, int]:
+        """The next piece and its weight-buffer address (its unit's LOAD emitted first if it was not yet)."""
+        self.fill(1)
+        piece = self.pieces[self.used]
+        self.used += 1
+        return piece, self.slot(piece.unit) + piece.offset
+
+
+class CardBuilder:
+    """Lays out one card's HBM and emits its program."""
+
+    def __init__(self, ctx: "Context", card: int):
+        self.ctx, self.card = ctx, card
+        dims = ctx.dims
+        self.plan: AbufPlan = ctx.plans[card]
+        self.h0, self.h1 = ctx.partition.heads[card]
+        self.e0, self.e1 = ctx.partition.embd[card]
+        self.f0, self.f1 = ctx.partition.ffn[card]
+        self.v0, self.v1 = ctx.partition.vocab[card]
+        self.local_heads = self.h1 - self.h0
+        hd, d = dims.head_dim, dims.n_embd
+        self.kv_width = self.local_heads * hd
+        """W: the local heads' K (or V) columns; the QKV block is [Q | K | V], 3W wide."""
+        heads_cols = np.arange(self.h0 * hd, self.h1 * hd)
+        self.columns = [np.concatenate([heads_cols, d + heads_cols, 2 * d + heads_cols]),
+                        np.arange(self.e0, self.e1), np.arange(self.f0, self.f1), np.arange(self.e0, self.e1)]
+        self.inputs = [d, d, d, dims.n_inner]
+        groups = -(-self.local_heads // self.plan.kv_group) if self.local_heads else 0
+        self.groups = split(self.local_heads, groups) if groups else ()
+        self._layout()
+
+    # --- HBM ------------------------------------------------------------------------------------
+    def _layout(self) -> None:
+        ctx, dims, tmax = self.ctx, self.ctx.dims, self.ctx.max_context
+        d = dims.n_embd
+        m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, ctx.config.hbm_port_bits // 16)
+        self.wte = m.alloc("wte", dims.vocab_size * d, "weights")
+        self.wpe = m.alloc("wpe", tmax * d, "weights")
+        self.ln = m.alloc("layernorm", dims.n_layer * 4 * d + 2 * d, "weights")
+        packer = StreamPacker(ctx.slot_words, ctx.config.mpu_lanes)
+        self.stream_start = at = align_up(m.top, m.align)
+        for layer in range(dims.n_layer):
+            for index in range(len(LAYER_SLICES)):
+                at = packer.add(at, len(self.columns[index]), self.inputs[index], True, (layer, index, 0))
+        self.stream_words = at - self.stream_start
+        m.alloc("layer weights", self.stream_words, "weights")
+        vocab = self.v1 - self.v0
+        self.lm_head = self.wte + self.v0 * d if ctx.tied else m.alloc("lm_head", vocab * d, "weights")
+        packer.add(self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), contiguous=False)
+        packer.close()
+        self.units, self.pieces = packer.units, packer.pieces
+        self.kv = [m.alloc(f"KV cache L{layer}", tmax * 2 * self.kv_width, "kv") if self.local_heads else None
+                   for layer in range(dims.n_layer)]
+        m.check_capacity(tmax)
+
+    def piece_hbm(self, piece: Piece) -> int:
+        return self.units[piece.unit].hbm + piece.offset
+
+    def new_segments(self) -> None:
+        """Allocates the card's HBM contents (filled by fill_layer and segments)."""
+        dims, d = self.ctx.dims, self.ctx.dims.n_embd
+        self.ln_data = np.zeros(dims.n_layer * 4 * d + 2 * d, np.float16)
+        self.stream_data = np.zeros(self.stream_words, np.float16)
+
+    def fill_layer(self, layer: int, w: LayerWeights) -> None:
+        d = self.ctx.dims.n_embd
+        self.ln_data[layer * 4 * d:(layer + 1) * 4 * d] = np.concatenate([*w.ln1, *w.ln2])
+        tensors = (w.qkv, w.proj, w.fc, w.fc2)
+        for piece in self.pieces:
+            piece_layer, index, col = piece.origin
+            if piece_layer != layer:
+                continue
+            weight, bias = tensors[index]
+            cols = self.columns[index][col:col + piece.cols]
+            start = self.piece_hbm(piece) - self.stream_start
+            self.stream_data[start:start + piece.cols * piece.k] = weight[:, cols].T.ravel()
+            self.stream_data[start + piece.cols * piece.k:start + piece.words] = bias[cols]
+
+    def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head: np.ndarray | None) -> list:
+        """(word address, FP16 array) pairs: the card's HBM contents at load."""
+        d = self.ctx.dims.n_embd
+        self.ln_data[self.ctx.dims.n_layer * 4 * d:] = ln_f
+        segments = [(self.wte, wte.ravel()), (self.wpe, wpe[:self.ctx.max_context].ravel()),
+                    (self.ln, self.ln_data), (self.stream_start, self.stream_data)]
+        if lm_head is not None:
+            segments.append((self.lm_head, lm_head[self.v0:self.v1].ravel()))
+        return [(addr, arr) for addr, arr in segments if arr.size]
+
+    # --- the program ----------------------------------------------------------------------------
+    def program(self) -> list:
+        ctx, dims, plan = self.ctx, self.ctx.dims, self.plan
+        d, n_inner = dims.n_embd, dims.n_inner
+        a = self.asm = Asm()
+        self.stream = WeightStream(a, self.units, self.pieces, ctx.slot_words, ctx.slots)
+        self._registers()
+        # Embedding: token rows gathered by id, plus the position rows from pos on.
+        a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
+          dst_stride=d, src1_stride=d)
+        a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=d,
+          src1_stride=d)
+        self._load_ln_params(0)
+        self.stream.fill()
+        self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
+        self.area_counter = 0
+        for layer in range(dims.n_layer):
+            lnp = plan["LNP"] + (layer % 2) * 4 * d
+            self._layernorm(plan["X"], 0, plan["H"], reg(ROWS), lnp, plan["S"])
+            if layer + 1 < dims.n_layer:
+                self._load_ln_params(layer + 1)
+            self._linear((layer, 0), plan["H"], d, plan["QKV"], 3 * self.kv_width)
+            self._attention(layer)
+            self._allgather(plan["BIG"], d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
+            self._linear((layer, 1), plan["BIG"], d, plan["T"] + self.e0, d)
+            self._allgather(plan["T"], d, self.e0, self.e1)
+            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
+            self._layernorm(plan["X"], 0, plan["H"], reg(ROWS), lnp + 2 * d, plan["S"])
+            self._linear((layer, 2), plan["H"], d, plan["BIG"] + self.f0, n_inner, gelu=True)
+            self._allgather(plan["BIG"], n_inner, self.f0, self.f1)
+            self._linear((layer, 3), plan["BIG"], n_inner, plan["T"] + self.e0, d)
+            self._allgather(plan["T"], d, self.e0, self.e1)
+            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
+        # The last token only: final LayerNorm, this card's slice of the LM head, logits to the host.
+        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d)
+        self._layernorm(plan["X"], LAST_ROW, plan["LNF"], 1, plan["LNFP"], plan["SF"])
+        vocab = self.v1 - self.v0
+        self._linear((dims.n_layer, 0), plan["LNF"], d, plan["LOGITS"], vocab, rows=1)
+        if vocab:
+            a(Opcode.STORE, dst=host(ctx.logits_offset), src1=abuf(plan["LOGITS"]), rows=1, n=vocab)
+        a(Opcode.HALT)
+        return a.code
+
+    def _registers(self) -> None:
+        a, dims = self.asm, self.ctx.dims
+        a(Opcode.ADD, rd=TOKENS, rs=POS, rt=ROWS)
+        a(Opcode.MULI, rd=POS_KV, rs=POS, imm=2 * self.kv_width)
+        a(Opcode.MULI, rd=POS_D, rs=POS, imm=dims.n_embd)
+        a(Opcode.MULI, rd=LAST_ROW, rs=ROWS, imm=dims.n_embd)
+        a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-dims.n_embd)
+        self.width_reg = {}
+        for start, stop in self.groups:
+            width = (stop - start) * dims.head_dim
+            if width not in self.width_reg:
+                number = FIRST_FREE_REG + len(self.width_reg)
+                assert number < NUM_REGS
+                self.width_reg[width] = number
+                a(Opcode.MULI, rd=number, rs=POS, imm=width)
+
+    def _load_ln_params(self, layer: int) -> None:
+        d = self.ctx.dims.n_embd
+        self.asm(Opcode.LOAD, dst=abuf(self.plan["LNP"] + (layer % 2) * 4 * d), src1=hbm(self.ln + layer * 4 * d),
+                 rows=1, n=4 * d)
+
+    def _vector(self, opcode: Opcode, dst: int, src1: int, src2: int, width: int) -> None:
+        """dst = src1 (op) src2 over rows x width, all with row stride width."""
+        self.asm(opcode, dst=abuf(dst), src1=abuf(src1), src2=abuf(src2), rows=reg(ROWS), n=width,
+                 dst_stride=width, src1_stride=width, src2_stride=width)
+
+    def _layernorm(self, src: int, src_reg: int, dst: int, rows, params: int, stats: int) -> None:
+        """dst = LayerNorm(src) with gamma, beta at params, params + D; uses plan["T"] as scratch."""
+        a, d, sw = self.asm, self.ctx.dims.n_embd, STAT_WORDS
+        scratch, eps = self.plan["T"], self.ctx.dims.layer_norm_epsilon
+        mean, var, rstd = abuf(stats + Stat.MEAN), abuf(stats + Stat.VAR), abuf(stats + Stat.RSTD)
+        row_scalar = {"src2_row_scalar": 1}
+        a(Opcode.VDOT, dst=mean, src1=abuf(src, src_reg), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=sw,
+          src1_stride=d)
+        a(Opcode.VSUB, dst=abuf(dst), src1=abuf(src, src_reg), src2=mean, rows=rows, n=d, dst_stride=d,
+          src1_stride=d, src2_stride=sw, flags=row_scalar)
+        a(Opcode.VMUL, dst=abuf(scratch), src1=abuf(dst), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=d,
+          src1_stride=d)
+        a(Opcode.VDOT, dst=var, src1=abuf(scratch), src2=abuf(dst), rows=rows, n=d, dst_stride=sw, src1_stride=d,
+          src2_stride=d)
+        a(Opcode.VADD, dst=var, src1=var, src2=imm(eps), rows=rows, n=1, dst_stride=sw, src1_stride=sw)
+        a(Opcode.VRSQRT, dst=rstd, src1=var, rows=rows, n=1, dst_stride=sw, src1_stride=sw)
+        a(Opcode.VMUL, dst=abuf(dst), src1=abuf(dst), src2=rstd, rows=rows, n=d, dst_stride=d, src1_stride=d,
+          src2_stride=sw, flags=row_scalar)
+        a(Opcode.VSCALE_SHIFT, dst=abuf(dst), src1=abuf(dst), src2=abuf(params), aux=abuf(params + d), rows=rows,
+          n=d, dst_stride=d, src1_stride=d)
+
+    def _linear(self, origin: tuple, src: int, src_stride: int, dst: int, dst_stride: int, rows=reg(ROWS),
+                gelu: bool = False) -> None:
+        """dst[:, local columns] = src @ W[:, columns] (+ bias, GELU) for the weight slice `origin` (layer,
+        slice index), one MATMUL per piece (none when the card has no columns of it)."""
+        while self.stream.used < len(self.pieces) and self.pieces[self.stream.used].origin[:2] == origin:
+            piece, address = self.stream.take()
+            bias = {"aux": wbuf(address + piece.cols * piece.k)} if piece.bias else {}
+            self.asm(Opcode.MATMUL, dst=abuf(dst + piece.origin[2]), src1=abuf(src), src2=wbuf(address), **bias,
+                     rows=rows, n=piece.cols, k=piece.k, dst_stride=dst_stride, src1_stride=src_stride,
+                     src2_stride=piece.k, flags={"gelu": int(gelu)})
+            self.stream.fill()
+
+    def _allgather(self, base: int, stride: int, start: int, stop: int) -> None:
+        """Every card's columns [start, stop) of the rows x stride block at base, gathered on all cards."""
+        if self.ctx.config.cards > 1:
+            self.asm(Opcode.ALLGATHER, dst=abuf(base), src1=abuf(base + start), rows=reg(ROWS), n=stop - start,
+                     k=start, dst_stride=stride, src1_stride=stride)
+
+    def _attention(self, layer: int) -> None:
+        """Causal attention of the local heads over the keys 0 .. pos + rows - 1; each head's output goes to
+        its columns of the gathered attention block. The run's new K|V rows are appended to the layer's
+        KV cache in HBM (rows of [K | V] for all local heads); each head group's earlier keys and values are
+        read from there into a KV area (V transposed), its new ones copied in from the QKV block."""
+        if not self.local_heads:
+            return
+        ctx, plan, a = self.ctx, self.plan, self.asm
+        hd, tmax, width = ctx.dims.head_dim, ctx.max_context, self.kv_width
+        qkv, cache = plan["QKV"], self.kv[layer]
+        a(Opcode.STORE, dst=hbm(cache, POS_KV), src1=abuf(qkv + width), rows=reg(ROWS), n=2 * width,
+          dst_stride=2 * width, src1_stride=3 * width)
+        for start, stop in self.groups:
+            gw = (stop - start) * hd
+            area = plan["KV"] + (self.area_counter % plan.kv_areas) * 2 * plan.kv_group * hd * tmax
+            self.area_counter += 1
+            keys, values_t = area, area + tmax * plan.kv_group * hd
+            a(Opcode.LOAD, dst=abuf(keys), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
+              src1_stride=2 * width)
+            a(Opcode.LOAD, dst=abuf(values_t), src1=hbm(cache + width + start * hd), rows=reg(POS), n=gw,
+              dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1})
+            a(Opcode.LOAD, dst=abuf(keys, self.width_reg[gw]), src1=abuf(qkv + width + start * hd), rows=reg(ROWS),
+              n=gw, dst_stride=gw, src1_stride=3 * width)
+            a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + 2 * width + start * hd), rows=reg(ROWS), n=gw,
+              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1})
+            for h in range(start, stop):
+                self._head(h, keys + (h - start) * hd, gw, values_t + (h - start) * hd * tmax)
+
+    def _head(self, h: int, keys: int, key_stride: int, values_t: int) -> None:
+        """Scores, softmax and weighted values of local head h (keys: column j at keys + j * key_stride)."""
+        ctx, plan, a = self.ctx, self.plan, self.asm
+        hd, tmax, d = ctx.dims.head_dim, ctx.max_context, ctx.dims.n_embd
+        which = h % plan.score_areas
+        scores = plan["SCORES"] + which * tmax * plan.max_rows
+        rowmax, rowsum = abuf(plan["S"] + Stat.ROWMAX[which]), abuf(plan["S"] + Stat.ROWSUM[which])
+        sw, rows, tokens = STAT_WORDS, reg(ROWS), reg(TOKENS)
+        row_scalar = {"src2_row_scalar": 1}
+        a(Opcode.MASKED_QK, dst=abuf(scores), src1=abuf(plan["QKV"] + h * hd), src2=abuf(keys), aux=rowmax,
+          rows=rows, n=tokens, k=hd, pos=reg(POS), dst_stride=tmax, src1_stride=3 * self.kv_width,
+          src2_stride=key_stride, aux_stride=sw)
+        a(Opcode.VSUB, dst=abuf(scores), src1=abuf(scores), src2=rowmax, rows=rows, n=tokens, dst_stride=tmax,
+          src1_stride=tmax, src2_stride=sw, flags=row_scalar)
+        a(Opcode.VEXP, dst=abuf(scores), src1=abuf(scores), rows=rows, n=tokens, dst_stride=tmax, src1_stride=tmax)
+        a(Opcode.VSUM, dst=rowsum, src1=abuf(scores), rows=rows, n=tokens, dst_stride=sw, src1_stride=tmax)
+        a(Opcode.VRECIP, dst=rowsum, src1=rowsum, rows=rows, n=1, dst_stride=sw, src1_stride=sw)
+        a(Opcode.VMUL, dst=abuf(scores), src1=abuf(scores), src2=rowsum, rows=rows, n=tokens, dst_stride=tmax,
+          src1_stride=tmax, src2_stride=sw, flags=row_scalar)
+        a(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
+          rows=rows, n=hd, k=tokens, dst_stride=d, src1_stride=tmax, src2_stride=tmax)
+
+
+@dataclass
+class Context:
+    """What every card's builder shares."""
+    model: object
+    config: ArchConfig
+    dims: ModelDims
+    partition: Partition
+    max_context: int
+    plans: list
+    slots: int
+    slot_words: int
+    tied: bool
+    ids_offset: int
+    logits_offset: int
+
+
+def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_slots: int = DEFAULT_WBUF_SLOTS,
+                  kv_group: int | None = None) -> ApplianceImage:
+    """The appliance image of a GPT-2 model (transformers GPT2LMHeadModel; its weights taken as FP16) on
+    config.cards cards of `config`, for contexts of up to max_context tokens. A model on the meta device gives
+    an image with programs and layout but no HBM contents (for timing-only runs). `wbuf_slots` and
+    `kv_group` (heads per KV transfer; default: chosen by the activation-buffer planner) tune the schedule."""
+    dims = ModelDims.of(model)
+    if not 1 <= max_context <= dims.n_positions:
+        raise CompileError(f"max_context={max_context} must be in 1..{dims.n_positions} (the model's positions)")
+    if not 2 <= wbuf_slots <= config.wbuf_words // config.mac_width:
+        raise CompileError(f"wbuf_slots={wbuf_slots} must be in 2..{config.wbuf_words // config.mac_width}")
+    if kv_group is not None and kv_group < 1:
+        raise CompileError(f"kv_group={kv_group} must be at least 1")
+    part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
+    shapes = [CardShape(h1 - h0, v1 - v0) for (h0, h1), (v0, v1) in zip(part.heads, part.vocab)]
+    plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
+                              kv_group)
+    max_rows = plans[0].max_rows
+    logits_offset = align_up(max_rows, config.hbm_port_bits // 16)
+    ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, config.wbuf_words // wbuf_slots,
+                  lm_head_tied(model), 0, logits_offset)
+    builders = [CardBuilder(ctx, card) for card in range(config.cards)]
+    weights = has_weights(model)
+    if weights:
+        for builder in builders:
+            builder.new_segments()
+        for layer in range(dims.n_layer):
+            layer_weights = LayerWeights(model, layer, dims)
+            for builder in builders:
+                builder.fill_layer(layer, layer_weights)
+        t = model.transformer
+        shared = (fp16(t.wte.weight), fp16(t.wpe.weight), np.concatenate([fp16(t.ln_f.weight), fp16(t.ln_f.bias)]),
+                  None if ctx.tied else fp16(model.lm_head.weight))
+    cards = []
+    for builder in builders:
+        vocab = builder.v1 - builder.v0
+        program = Program(builder.program(), config.name, config.hash, builder.card, config.cards,
+                          {"model": dims.to_dict(), "max_rows": max_rows, "max_context": max_context})
+        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top,
+                               logits_offset + vocab))
+    meta = {
+        "compiler_version": COMPILER_VERSION,
+        "model": dims.to_dict(),
+        "source": getattr(model.config, "name_or_path", ""),
+        "eos_token_id": model.config.eos_token_id,
+        "weights_hash": weights_hash(model) if weights else None,
+        "max_context": max_context,
+        "max_rows": max_rows,
+        "wbuf_slots": wbuf_slots,
+        "partition": part.to_dict(),
+        "host": {"ids_offset": ctx.ids_offset,
+                 "logits": [{"card": c, "offset": logits_offset, "vocab": list(part.vocab[c])}
+                            for c in range(config.cards)]},
+        "hbm_map": [b.hbm.to_list() for b in builders],
+        "abuf": [p.to_dict() for p in plans],
+    }
+    return ApplianceImage(config, cards, meta)

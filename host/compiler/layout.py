@@ -1,0 +1,190 @@
+"""Where everything lives on a card: the HBM memory map (with its capacity check), the activation-buffer
+plan (which also fixes the most tokens one run can process, `max_rows`) and the weight-buffer slots."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ringgpt.host.compiler.errors import CapacityError
+
+STAT_WORDS = 8
+"""Per-row statistics slots in the activation buffer (see Stat)."""
+
+
+class Stat:
+    """Offsets of the per-row statistics (each row has STAT_WORDS words)."""
+    MEAN, VAR, RSTD = 0, 1, 2
+    ROWMAX = (3, 5)
+    """Row maximum of the scores of score area 0 and 1."""
+    ROWSUM = (4, 6)
+
+
+def align_up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    kind: str
+    """'weights' (written at load, read only) or 'kv' (the KV cache, written by the programs)."""
+    start: int
+    words: int
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.words
+
+
+@dataclass
+class HbmMap:
+    """A card's HBM, allocated bottom-up in regions aligned to one HBM beat."""
+    card: int
+    capacity_words: int
+    align: int
+    regions: list = field(default_factory=list)
+    top: int = 0
+
+    def alloc(self, name: str, words: int, kind: str) -> int:
+        start = align_up(self.top, self.align)
+        self.regions.append(Region(name, kind, start, words))
+        self.top = start + words
+        return start
+
+    def words_of(self, kind: str) -> int:
+        return sum(r.words for r in self.regions if r.kind == kind)
+
+    def check_capacity(self, max_context: int) -> None:
+        """Raises CapacityError naming the card, what does not fit and by how many bytes."""
+        capacity = self.capacity_words * 2
+        weights = max((r.stop for r in self.regions if r.kind == "weights"), default=0) * 2
+        if weights > capacity:
+            raise CapacityError(
+                f"the weights do not fit card {self.card}'s HBM: {weights:,} bytes for {capacity:,} "
+                f"({weights - capacity:,} bytes over); use more cards or a smaller model")
+        if self.top * 2 > capacity:
+            kv = self.words_of("kv") * 2
+            raise CapacityError(
+                f"the KV cache for max_context={max_context} ({kv:,} bytes) does not fit card {self.card}'s HBM "
+                f"beside the weights ({weights:,} bytes): {self.top * 2 - capacity:,} bytes over "
+                f"{capacity:,}; lower max_context or use more cards")
+
+    def to_list(self) -> list:
+        return [{"name": r.name, "kind": r.kind, "start": r.start, "words": r.words} for r in self.regions]
+
+
+@dataclass(frozen=True)
+class AbufPlan:
+    """Activation-buffer regions of one card (word addresses) for runs of up to max_rows tokens.
+
+    Per-row regions (row stride in brackets): X residual stream [D], H LayerNorm output [D], T scratch and
+    projection outputs [D], S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered
+    attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the score areas [max_context] at
+    SCORES; later the gathered MLP hidden layer [n_inner] over all of it.
+    Fixed regions: LayerNorm parameters (two layers' worth, alternating), KV areas (each a head group's
+    K [max_context x G hd] then V^T [G hd x max_context]), the final LayerNorm output and the logits.
+    """
+    max_rows: int
+    kv_group: int
+    """Heads whose keys and values are read from HBM together (the last group may be smaller)."""
+    kv_areas: int
+    score_areas: int
+    regions: dict
+
+    def __getitem__(self, name: str) -> int:
+        return self.regions[name][0]
+
+    @property
+    def words(self) -> int:
+        return max(start + size for start, size in self.regions.values())
+
+    def to_dict(self) -> dict:
+        return {"max_rows": self.max_rows, "kv_group": self.kv_group, "kv_areas": self.kv_areas,
+                "score_areas": self.score_areas, "regions": {k: list(v) for k, v in self.regions.items()}}
+
+
+@dataclass(frozen=True)
+class CardShape:
+    """What one card's activation-buffer plan depends on."""
+    local_heads: int
+    vocab_slice: int
+
+
+def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int) -> dict:
+    return {"X": d, "H": d, "T": d, "S": STAT_WORDS,
+            "BIG": max(n_inner, d + qkv_width + score_areas * max_context)}
+
+
+def _fixed(d: int, head_dim: int, card: CardShape, max_context: int, kv_group: int, kv_areas: int) -> dict:
+    return {"LNP": 2 * 4 * d, "LNFP": 2 * d, "KV": kv_areas * 2 * kv_group * head_dim * max_context,
+            "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice}
+
+
+def plan_abuf(abuf_words: int, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int,
+              kv_group: int, kv_areas: int, score_areas: int, max_rows: int | None = None) -> AbufPlan | None:
+    """The plan for one card: with max_rows None, the most rows that fit (capped at max_context);
+    None when not even one row fits."""
+    kv_group = min(kv_group, card.local_heads)
+    qkv_width = 3 * card.local_heads * head_dim
+    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas)
+    fixed = _fixed(d, head_dim, card, max_context, kv_group, kv_areas)
+    if max_rows is None:
+        max_rows = min(max_context, (abuf_words - sum(fixed.values())) // sum(per_row.values()))
+        if max_rows < 1:
+            return None
+    regions, top = {}, 0
+    for name, size in fixed.items():
+        regions[name] = (top, size)
+        top += size
+    for name, size in per_row.items():
+        regions[name] = (top, size * max_rows)
+        top += size * max_rows
+    big = regions["BIG"][0]
+    regions["QKV"] = (big + d * max_rows, qkv_width * max_rows)
+    regions["SCORES"] = (regions["QKV"][0] + qkv_width * max_rows, score_areas * max_context * max_rows)
+    if top > abuf_words:
+        return None
+    return AbufPlan(max_rows, kv_group, kv_areas, score_areas, regions)
+
+
+ROW_TARGET = 96
+"""Prompt tokens per run below which the planner gives up KV-group size and double buffering for rows."""
+
+
+def _candidates(max_heads: int):
+    """(kv_group, kv_areas, score_areas) from the most overlap and fewest KV transfers to the least."""
+    for group in range(max_heads, 0, -1):
+        for kv_areas in (2, 1):
+            yield group, kv_areas, 2
+    yield 1, 1, 1
+
+
+def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
+                      kv_group: int | None = None) -> list:
+    """One plan per card (CardShape each), all with the same max_rows: the first candidate (largest KV group,
+    double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context) rows per run, else the
+    one with the most rows. `kv_group` forces the group size. Raises CapacityError if no row fits."""
+    max_heads = max(max(c.local_heads for c in cards), 1)
+    target = min(ROW_TARGET, max_context)
+    best = None
+    for group, kv_areas, score_areas in _candidates(max_heads):
+        if kv_group is not None and group != min(kv_group, max_heads):
+            continue
+        plans = [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas)
+                 for c in cards]
+        if any(p is None for p in plans):
+            continue
+        rows = min(p.max_rows for p in plans)
+        if best is None or rows > best[0]:
+            best = (rows, group, kv_areas, score_areas)
+        if rows >= target:
+            break
+    if best is None:
+        worst = max(cards, key=lambda c: (c.local_heads, c.vocab_slice))
+        need = sum(_fixed(d, head_dim, worst, max_context, min(kv_group or 1, worst.local_heads), 1).values()) + sum(
+            _per_row(d, n_inner, 3 * worst.local_heads * head_dim, max_context, 1).values())
+        raise CapacityError(f"the activation buffer ({abuf_words:,} words) cannot hold even one token's activations "
+                            f"and one head group's KV cache for max_context={max_context} ({need:,} words): "
+                            "lower max_context, use more cards or a smaller KV group")
+    rows, group, kv_areas, score_areas = best
+    return [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows)
+            for c in cards]
