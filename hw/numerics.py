@@ -225,7 +225,8 @@ def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
     out = torch.empty(m, n)
     mb = max(1, min(m, MATMUL_BLOCK_FLOATS // kp))
     nb = max(1, min(n, MATMUL_BLOCK_FLOATS // (mb * kp)))
-    w32 = torch.zeros(nb, kp)
+    w32 = torch.empty(nb, kp)
+    w32[:, k:].zero_()
     products = torch.empty(mb * nb * kp)
     for j0 in range(0, n, nb):
         j1 = min(n, j0 + nb)

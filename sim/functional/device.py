@@ -1,0 +1,159 @@
+"""SimulatorDevice: the functional simulator behind the Device interface, with the cycle model's
+estimate of every run."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
+from ringgpt.host.image import ApplianceImage, ImageError
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
+from ringgpt.sim.cycle_model import CycleReport, schedule
+from ringgpt.sim.functional.errors import HostAccessError, IllegalInstructionFault, NotLoadedError
+from ringgpt.sim.functional.machine import MASK32, Card, Decoded, run_ring
+
+DEFAULT_MAX_STEPS = 1 << 24
+"""Instructions one card may execute in one run before the run is stopped."""
+
+
+def _as_words(values, error: type, what: str) -> np.ndarray:
+    """FP16 words from FP16 values, or from integers taken as uint16 bit patterns."""
+    array = np.asarray(values).ravel()
+    if array.dtype == np.float16:
+        return array
+    if array.dtype.kind in "iu" and (array.size == 0 or (array.min() >= 0 and array.max() <= 0xFFFF)):
+        return array.astype(np.uint16).view(np.float16)
+    raise error(f"{what} must be FP16 values or integers 0..65535 (uint16 bit patterns), "
+                f"got {array.dtype} values" + (" out of range" if array.dtype.kind in "iu" else ""))
+
+
+def _decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
+    """The card's program pre-decoded; raw 512-bit words are decoded here, Instructions validated."""
+    cfg.check_artifact(f"card {index}'s program", program.config_name, program.config_hash)
+    if (program.card, program.cards) != (index, cfg.cards):
+        raise ImageError(f"card {index}'s slot holds the program built for card {program.card} of "
+                         f"{program.cards}; expected card {index} of {cfg.cards}")
+    decoded = []
+    for pc, item in enumerate(program.instructions):
+        try:
+            if isinstance(item, Instruction):
+                validate(item)
+                decoded.append(Decoded(item))
+            elif isinstance(item, int):
+                decoded.append(Decoded(decode(item)))
+            else:
+                raise IllegalInstructionError(f"not an instruction or a 512-bit word: {type(item).__name__}")
+        except IllegalInstructionError as exc:
+            text = f"0x{item:x}" if isinstance(item, int) else repr(item)[:80]
+            raise IllegalInstructionFault(index, pc, text, str(exc)) from None
+    if not any(d.op is Opcode.HALT for d in decoded):
+        raise IllegalInstructionFault(index, len(decoded), "past the last instruction",
+                                      "the program has no HALT, so the card would run off its end")
+    return decoded
+
+
+class SimulatorDevice(Device):
+    """A ring of `config.cards` simulated cards: bit-exact results (numerics.py) and, for every run,
+    the cycle model's schedule (`last_report`). Memory persists across runs; registers do not."""
+
+    def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS):
+        self.config = config
+        self.max_steps = max_steps
+        self.cards: list[Card] = []
+        self.last_report: CycleReport | None = None
+        """The cycle model's report of the last successful run: per card busy cycles by unit,
+        instruction class and opcode, HBM/ring/host bytes, the schedule's total."""
+        self._runs = 0
+        self._last_error: str | None = None
+
+    def load(self, image: ApplianceImage | str | os.PathLike) -> None:
+        """Loads an ApplianceImage (or an image directory); programs may hold Instructions or raw
+        512-bit words. Resets every memory to zero, then writes the image's HBM segments."""
+        if isinstance(image, (str, os.PathLike)):
+            image = ApplianceImage.load(image)
+        cfg = self.config
+        cfg.check_artifact("appliance image", image.config.name, image.config.hash)
+        if len(image.cards) != cfg.cards:
+            raise ImageError(f"the image has {len(image.cards)} cards but config {cfg.name!r} has {cfg.cards}")
+        cards = []
+        for index, card_image in enumerate(image.cards):
+            program = _decode_program(index, card_image.program, cfg)
+            if not 0 <= card_image.hbm_words <= cfg.hbm_words:
+                raise ImageError(f"card {index}: HBM memory map of {card_image.hbm_words} words does not fit "
+                                 f"the card's {cfg.hbm_words} words")
+            card = Card(index, cfg, program, card_image.hbm_words, card_image.host_words)
+            hbm = card.mem[Space.HBM]
+            for address, segment in card_image.hbm_segments:
+                words = _as_words(segment, ImageError, f"card {index} HBM segment at {address}")
+                if not 0 <= address <= address + words.size <= hbm.size:
+                    raise ImageError(f"card {index}: HBM segment [{address}, {address + words.size}) lies "
+                                     f"outside the memory map of {hbm.size} words")
+                hbm[address:address + words.size] = words
+            cards.append(card)
+        self.cards = cards
+        self.last_report = None
+
+    def _card(self, card: int) -> Card:
+        if not self.cards:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        if not (isinstance(card, (int, np.integer)) and 0 <= card < len(self.cards)):
+            raise HostAccessError(f"card {card!r} does not exist; cards are 0..{len(self.cards) - 1}")
+        return self.cards[card]
+
+    def _host_range(self, card: Card, offset: int, count: int) -> slice:
+        size = card.mem[Space.HOST].size
+        if not (offset >= 0 and count >= 0 and offset + count <= size):
+            raise HostAccessError(f"card {card.index}: host buffer words [{offset}, {offset + count}) lie "
+                                  f"outside its {size} words")
+        return slice(offset, offset + count)
+
+    def write_host(self, card: int, offset: int, words) -> None:
+        target = self._card(card)
+        words = _as_words(words, HostAccessError, "host buffer words")
+        target.mem[Space.HOST][self._host_range(target, offset, words.size)] = words
+
+    def read_host(self, card: int, offset: int, count: int) -> np.ndarray:
+        target = self._card(card)
+        return target.mem[Space.HOST][self._host_range(target, offset, count)].copy()
+
+    def memory(self, card: int, space: Space) -> np.ndarray:
+        """A read-only view of one card's ABUF, WBUF, HBM or host buffer (for inspection)."""
+        view = self._card(card).mem[space].view()
+        view.flags.writeable = False
+        return view
+
+    def run(self, pos: int, rows: int) -> RunStats:
+        """Runs every card's program with R1 = pos, R2 = rows; the RunStats come from the cycle model."""
+        if not self.cards:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        for name, value in (("pos", pos), ("rows", rows)):
+            if not (isinstance(value, (int, np.integer)) and 0 <= value <= MASK32):
+                raise ValueError(f"{name} must be an integer in 0..{MASK32}, got {value!r}")
+        started = time.perf_counter()
+        for card in self.cards:
+            card.start(int(pos), int(rows))
+        try:
+            run_ring(self.cards, self.max_steps)
+        except DeviceError as exc:
+            self._last_error = str(exc)
+            raise
+        report = schedule([card.trace for card in self.cards], self.config)
+        self.last_report = report
+        self._runs += 1
+        self._last_error = None
+        cfg = self.config
+        return RunStats(cycles=report.cycles,
+                        seconds=report.cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
+                        hbm_bytes=report.hbm_bytes, breakdown=dict(report.slowest.classes),
+                        wall_seconds=time.perf_counter() - started)
+
+    def status(self) -> DeviceStatus:
+        return DeviceStatus("functional simulator", self.config.name, self.config.cards, bool(self.cards),
+                            self._runs, self._last_error)
+
+    def close(self) -> None:
+        self.cards = []
+        self.last_report = None

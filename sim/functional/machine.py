@@ -1,0 +1,326 @@
+"""The simulated cards and the ring between them.
+
+Each card executes its program in program order (the scoreboard makes the parallel hardware equal
+to that order), one whole instruction at a time, with numerics.py for every arithmetic result.
+Router instructions synchronise the cards: a card runs until it halts or reaches an ALLGATHER, or a
+RECV whose link is empty; `run_ring` then completes the collective (when every card has reached
+it) or the receive (when the block has arrived), or reports a deadlock.
+"""
+from __future__ import annotations
+
+import enum
+from collections import deque
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ringgpt.hw import numerics
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space
+from ringgpt.sim.cycle_model import Resolved
+from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
+                                           StepLimitError)
+
+MASK32 = 0xFFFFFFFF
+_UNARY = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
+_BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
+_SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}
+
+
+class Decoded:
+    """An instruction pre-decoded at load into plain tuples, resolved against the registers when
+    executed."""
+    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl")
+
+    def __init__(self, inst: Instruction):
+        self.inst = inst
+        self.op = inst.opcode
+        self.operands = tuple((o.space, o.reg, o.offset) for o in (inst.dst, inst.src1, inst.src2, inst.aux))
+        self.dims = tuple((d.reg, d.imm) for d in (inst.rows, inst.n, inst.k, inst.pos))
+        self.strides = (inst.dst_stride, inst.src1_stride, inst.src2_stride, inst.aux_stride)
+        self.flags = inst.flags
+        self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
+
+    def resolve(self, regs: list, card: int) -> Resolved:
+        operands = [(space, (offset + regs[reg]) & MASK32) if reg else (space, offset)
+                    for space, reg, offset in self.operands]
+        rows, n, k, pos = [(imm + regs[reg]) & MASK32 if reg else imm for reg, imm in self.dims]
+        return Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
+
+
+class State(enum.Enum):
+    RUNNING = "running"
+    WAIT_GATHER = "waits in ALLGATHER"
+    WAIT_RECV = "waits in RECV"
+    HALTED = "halted"
+
+
+class Message:
+    """A block in flight on a ring link, with where it was sent from (for error reports)."""
+    __slots__ = ("rows", "n", "data", "card", "pc", "inst")
+
+    def __init__(self, rows: int, n: int, data: np.ndarray, card: int, pc: int, inst: Instruction):
+        self.rows, self.n, self.data, self.card, self.pc, self.inst = rows, n, data, card, pc, inst
+
+    @property
+    def text(self) -> str:
+        return str(self.inst)
+
+
+class Card:
+    """One card: its memories, registers, program and the trace of the current run."""
+
+    def __init__(self, index: int, cfg: ArchConfig, program: list, hbm_words: int, host_words: int):
+        self.index, self.cfg, self.program = index, cfg, program
+        self.mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16),
+                    Space.WBUF: np.zeros(cfg.wbuf_words, np.float16),
+                    Space.HBM: np.zeros(hbm_words, np.float16),
+                    Space.HOST: np.zeros(host_words, np.float16)}
+        self.regs = [0] * NUM_REGS
+        self.pc = 0
+        self.state = State.RUNNING
+        self.pending: Resolved | None = None
+        self.trace: list = []
+        self._execute = {Opcode.NOP: _nothing, Opcode.BARRIER: _nothing,
+                         Opcode.SETI: self._control, Opcode.ADDI: self._control, Opcode.MULI: self._control,
+                         Opcode.ADD: self._control, Opcode.LOAD: self._copy, Opcode.STORE: self._copy,
+                         Opcode.GATHER: self._gather, Opcode.MATMUL: self._matmul,
+                         Opcode.MASKED_QK: self._masked_qk, Opcode.VSCALE_SHIFT: self._scale_shift,
+                         Opcode.VSUM: self._reduce, Opcode.VDOT: self._reduce, Opcode.VMAX: self._reduce,
+                         **dict.fromkeys(_BINARY, self._binary), **dict.fromkeys(_UNARY, self._unary)}
+
+    # --- run control ---------------------------------------------------------------------------
+    def start(self, pos: int, rows: int) -> None:
+        self.regs = [0] * NUM_REGS
+        self.regs[1], self.regs[2] = pos, rows
+        self.pc, self.state, self.pending, self.trace = 0, State.RUNNING, None, []
+
+    def text(self, pc: int | None = None) -> str:
+        return str(self.program[self.pc if pc is None else pc].inst)
+
+    def advance(self, links: dict, max_steps: int) -> None:
+        """Executes until the card halts or blocks on a router instruction."""
+        program, trace, regs, index = self.program, self.trace, self.regs, self.index
+        outgoing, incoming = links[index], links[(index - 1) % self.cfg.cards]
+        while True:
+            if self.pending is None:
+                if len(trace) >= max_steps:
+                    raise StepLimitError(index, self.pc, self.text(),
+                                         f"no HALT within the step limit of {max_steps} instructions")
+                decoded = program[self.pc]
+                self.pending = decoded.resolve(regs, index)
+            r = self.pending
+            op = r.op
+            if op is Opcode.HALT:
+                self.state = State.HALTED
+                trace.append(r)
+                return
+            if op is Opcode.ALLGATHER:
+                self.state = State.WAIT_GATHER
+                return
+            if op is Opcode.RECV:
+                if not incoming:
+                    self.state = State.WAIT_RECV
+                    return
+                self._receive(r, incoming.popleft())
+            elif op is Opcode.SEND:
+                data = self.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy()
+                outgoing.append(Message(r.rows, r.n, data, index, self.pc, program[self.pc].inst))
+            else:
+                self._execute[op](r)
+            self.complete(r)
+
+    def complete(self, r: Resolved) -> None:
+        self.trace.append(r)
+        self.pending = None
+        self.state = State.RUNNING
+        self.pc += 1
+
+    # --- memory access -------------------------------------------------------------------------
+    def _check(self, name: str, space: Space, lo: int, hi: int, verb: str, what: str = "") -> None:
+        limit = len(self.mem[space])
+        if hi <= limit:
+            return
+        if space is Space.HBM and hi <= self.cfg.hbm_words:
+            beyond = f"the image's HBM memory map of {limit} words"
+        elif space is Space.HBM:
+            beyond = f"the card's HBM of {self.cfg.hbm_words} words"
+        else:
+            beyond = f"{_SPACE_NAMES[space]} of {limit} words"
+        raise AddressFault(self.index, self.pc, self.text(),
+                           f"{name}{what} {verb} {space.name} words [{lo}, {hi}), beyond {beyond}")
+
+    def read(self, name: str, operand: tuple, rows: int, n: int, stride: int) -> np.ndarray:
+        """A (rows, n) view of a strided block (row r at base + r*stride)."""
+        space, base = operand
+        mem = self.mem[space]
+        if rows == 0 or n == 0:
+            return np.empty((rows, n), np.float16)
+        self._check(name, space, base, base + (rows - 1) * stride + n, "reads")
+        return as_strided(mem[base:], shape=(rows, n), strides=(2 * stride, 2))
+
+    def write(self, name: str, operand: tuple, rows: int, n: int, stride: int, values) -> None:
+        space, base = operand
+        if rows == 0 or n == 0:
+            return
+        self._check(name, space, base, base + (rows - 1) * stride + n, "writes")
+        mem = self.mem[space]
+        if stride < n and rows > 1:  # overlapping rows: written in row order
+            values = np.broadcast_to(values, (rows, n))
+            for row in range(rows):
+                mem[base + row * stride:base + row * stride + n] = values[row]
+        else:
+            as_strided(mem[base:], shape=(rows, n), strides=(2 * stride, 2))[...] = values
+
+    def _vector_operand(self, r: Resolved, name: str, row_scalar: bool):
+        space, value = getattr(r, name)
+        if space is Space.IMM:
+            return np.array(value, np.uint16).view(np.float16)
+        return self.read(name, (space, value), r.rows, 1 if row_scalar else r.n, getattr(r, f"{name}_stride"))
+
+    # --- instructions --------------------------------------------------------------------------
+    def _control(self, r: Resolved) -> None:
+        rd, rs, rt, imm = self.program[self.pc].ctrl
+        regs = self.regs
+        value = {Opcode.SETI: imm, Opcode.ADDI: regs[rs] + imm, Opcode.MULI: regs[rs] * imm,
+                 Opcode.ADD: regs[rs] + regs[rt]}[r.op]
+        if rd:
+            regs[rd] = value & MASK32
+
+    def _copy(self, r: Resolved) -> None:
+        src = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
+        if r.src1[0] is r.dst[0]:
+            src = src.copy()
+        if r.flags.transpose:
+            self.write("dst", r.dst, r.n, r.rows, r.dst_stride, src.T)
+        else:
+            self.write("dst", r.dst, r.rows, r.n, r.dst_stride, src)
+
+    def _gather(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        index = self.read("src2", r.src2, 1, r.rows, 0)[0].view(np.uint16).astype(np.int64)
+        space, base = r.src1
+        starts = base + index * r.src1_stride
+        worst = int(np.argmax(starts))
+        self._check("src1", space, int(starts[worst]), int(starts[worst]) + r.n, "reads",
+                    f" (index {int(index[worst])} of row {worst})")
+        rows = self.mem[space][starts[:, None] + np.arange(r.n)]
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, rows)
+
+    def _products(self, r: Resolved, bias=None, gelu: bool = False) -> np.ndarray:
+        x = self.read("src1", r.src1, r.rows, r.k, r.src1_stride)
+        w_cols = self.read("src2", r.src2, r.n, r.k, r.src2_stride)
+        return numerics.matmul(x, w_cols.T, self.cfg.mac_width, bias, gelu)
+
+    def _matmul(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        bias = None if r.aux[0] is Space.NONE else self.read("aux", r.aux, 1, r.n, 0)[0]
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, self._products(r, bias, bool(r.flags.gelu)))
+
+    def _masked_qk(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        scores = self._products(r)
+        masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
+        scores[masked] = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, scores)
+        self.write("aux", r.aux, r.rows, 1, r.aux_stride, numerics.reduce_max(scores, axis=1)[:, None])
+
+    def _binary(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
+        b = self._vector_operand(r, "src2", r.flags.src2_row_scalar)
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, _BINARY[r.op](a, b))
+
+    def _scale_shift(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
+        b = self._vector_operand(r, "src2", r.flags.src2_row_scalar)
+        c = self._vector_operand(r, "aux", r.flags.aux_row_scalar)
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, numerics.vscale_shift(a, b, c))
+
+    def _unary(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, numerics.special(_UNARY[r.op], a))
+
+    def _reduce(self, r: Resolved) -> None:
+        if r.rows == 0 or r.n == 0:
+            return
+        a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
+        if r.op is Opcode.VMAX:
+            result = numerics.reduce_max(a, axis=1)
+        else:
+            b = self._vector_operand(r, "src2", False) if r.op is Opcode.VDOT else None
+            result = numerics.reduce_sum(a, self.cfg.vector_width, b, axis=1)
+        self.write("dst", r.dst, r.rows, 1, r.dst_stride, result[:, None])
+
+    def _receive(self, r: Resolved, message: Message) -> None:
+        if (message.rows, message.n) != (r.rows, r.n):
+            raise CollectiveMismatchError(
+                f"RECV on card {self.index} does not match the SEND it received", [
+                    (message.card, message.pc, message.text, f"sent rows={message.rows} n={message.n}"),
+                    (self.index, self.pc, self.text(), f"expects rows={r.rows} n={r.n}")])
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, message.data)
+
+
+def _nothing(r: Resolved) -> None:
+    """NOP, and BARRIER (program order already completes everything before it)."""
+
+
+def _allgather(cards: list) -> None:
+    """Completes the ALLGATHER every card is waiting in."""
+    pending = [card.pending for card in cards]
+
+    def report(problem: str):
+        return CollectiveMismatchError(problem, [(c.index, c.pc, c.text(), f"rows={r.rows} n={r.n} k={r.k}")
+                                                 for c, r in zip(cards, pending)])
+    if len({r.rows for r in pending}) > 1:
+        raise report("cards met at ALLGATHER with different rows")
+    slices = tuple((r.n, r.k) for r in pending)
+    placed = sorted((k, n) for n, k in slices if n)
+    if any(k0 + n0 > k1 for (k0, n0), (k1, _) in zip(placed, placed[1:])):
+        raise report("ALLGATHER slices overlap: each card's columns [k, k + n) must be disjoint")
+    blocks = [card.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() for card, r in zip(cards, pending)]
+    for card, r in zip(cards, pending):
+        space, dst = r.dst
+        for (n, k), block in zip(slices, blocks):
+            card.write("dst", (space, dst + k), r.rows, n, r.dst_stride, block)
+        card.complete(r._replace(slices=slices))
+
+
+def run_ring(cards: list, max_steps: int) -> None:
+    """Runs every card until all have halted; raises RingDeadlockError when none can progress."""
+    links = {card.index: deque() for card in cards}
+    while True:
+        progressed = False
+        for card in cards:
+            if card.state is State.RUNNING or (card.state is State.WAIT_RECV
+                                               and links[(card.index - 1) % len(cards)]):
+                card.advance(links, max_steps)
+                progressed = True
+        if all(card.state is State.HALTED for card in cards):
+            break
+        if all(card.state is State.WAIT_GATHER for card in cards):
+            _allgather(cards)
+        elif not progressed:
+            raise RingDeadlockError("ring deadlock: no card can make progress", [
+                (c.index, c.pc, c.text(), _blocked_reason(c, len(cards))) for c in cards])
+    unreceived = [m for index in sorted(links) for m in links[index]]
+    if unreceived:
+        raise CollectiveMismatchError("the run ended with blocks sent but never received", [
+            (m.card, m.pc, m.text, f"sent rows={m.rows} n={m.n} to card {(m.card + 1) % len(cards)}")
+            for m in unreceived])
+
+
+def _blocked_reason(card: Card, cards: int) -> str:
+    if card.state is State.WAIT_RECV:
+        return f"waits in RECV for a block from card {(card.index - 1) % cards}, which will never send it"
+    if card.state is State.WAIT_GATHER:
+        return "waits in ALLGATHER for every card to reach theirs"
+    return "halted"
