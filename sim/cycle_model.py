@@ -175,6 +175,8 @@ class CardReport:
     hbm_write_bytes: int = 0
     ring_bytes: int = 0
     host_bytes: int = 0
+    timeline: list = field(default_factory=list)
+    """(opcode name, issue, start, done) cycles of every executed instruction, in program order."""
 
 
 @dataclass
@@ -236,8 +238,9 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
             issue += 1
             if r.op in (Opcode.BARRIER, Opcode.HALT):
                 issue = max(issue, last_done)
-            last_done = max(last_done, issue + cost.cycles)
-            issue += cost.cycles - 1
+            start, done = issue, issue + cost.cycles
+            last_done = max(last_done, done)
+            issue = done - 1
             report.cycles = last_done
         else:
             issue += 1
@@ -262,6 +265,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
             unit_free[unit] = done
             inflight.append((done, reads, writes))
             last_done = max(last_done, done)
+        report.timeline.append((r.op.name, issue, start, done))
         report.busy[unit.name] = report.busy.get(unit.name, 0) + cost.cycles
         cls = instruction_class(r)
         report.classes[cls] = report.classes.get(cls, 0) + cost.cycles
