@@ -220,32 +220,33 @@ def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
     tiles = max(1, -(-k // width))
     kp = tiles * width
     x32 = torch.zeros(m, kp)
-    x32[:, :k].copy_(_torch_view(rows))
+    x32.narrow(1, 0, k).copy_(_torch_view(rows))
     wt = _torch_view(w.T)
     out = torch.empty(m, n)
     mb = max(1, min(m, MATMUL_BLOCK_FLOATS // kp))
     nb = max(1, min(n, MATMUL_BLOCK_FLOATS // (mb * kp)))
     w32 = torch.empty(nb, kp)
-    w32[:, k:].zero_()
+    if kp > k:
+        w32.narrow(1, k, kp - k).zero_()
     products = torch.empty(mb * nb * kp)
     for j0 in range(0, n, nb):
-        j1 = min(n, j0 + nb)
-        wj = w32[:j1 - j0]
-        wj[:, :k].copy_(wt[j0:j1])
+        cols = min(nb, n - j0)
+        wj = w32.narrow(0, 0, cols)
+        wj.narrow(1, 0, k).copy_(wt.narrow(0, j0, cols))
         for i0 in range(0, m, mb):
-            i1 = min(m, i0 + mb)
-            p = products[:(i1 - i0) * (j1 - j0) * kp].view(i1 - i0, j1 - j0, kp)
-            torch.mul(wj, x32[i0:i1, None, :], out=p)
-            v = p.view(i1 - i0, j1 - j0, tiles, width)
+            count = min(mb, m - i0)
+            p = products.narrow(0, 0, count * cols * kp).view(count, cols, kp)
+            torch.mul(wj, x32.narrow(0, i0, count).unsqueeze(1), out=p)
+            v = p.view(count, cols, tiles, width)
             half = width
             while half > 1:
                 half //= 2
-                v[..., :half].add_(v[..., half:2 * half])
-            sums = v[..., 0]
-            acc = out[i0:i1, j0:j1]
-            acc.copy_(sums[..., 0])
-            for t in range(1, tiles):
-                acc.add_(sums[..., t])
+                v.narrow(3, 0, half).add_(v.narrow(3, half, half))
+            first, *rest = v.select(3, 0).unbind(2)
+            acc = out.narrow(0, i0, count).narrow(1, j0, cols)
+            acc.copy_(first)
+            for tile in rest:
+                acc.add_(tile)
     return out.numpy()
 
 

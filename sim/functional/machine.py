@@ -12,7 +12,6 @@ import enum
 from collections import deque
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
@@ -157,7 +156,7 @@ class Card:
         if rows == 0 or n == 0:
             return np.empty((rows, n), np.float16)
         self._check(name, space, base, base + (rows - 1) * stride + n, "reads")
-        return as_strided(mem[base:], shape=(rows, n), strides=(2 * stride, 2))
+        return np.ndarray((rows, n), np.float16, mem, 2 * base, (2 * stride, 2))
 
     def write(self, name: str, operand: tuple, rows: int, n: int, stride: int, values) -> None:
         space, base = operand
@@ -170,7 +169,7 @@ class Card:
             for row in range(rows):
                 mem[base + row * stride:base + row * stride + n] = values[row]
         else:
-            as_strided(mem[base:], shape=(rows, n), strides=(2 * stride, 2))[...] = values
+            np.ndarray((rows, n), np.float16, mem, 2 * base, (2 * stride, 2))[...] = values
 
     def _vector_operand(self, r: Resolved, name: str, row_scalar: bool):
         space, value = getattr(r, name)
