@@ -91,13 +91,16 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     return Cost(unit, _ceil_div(words, cfg.vector_width))
 
 
+_UNIT_CLASS = {Unit.CONTROL: "control", Unit.MATRIX: "matrix", Unit.VECTOR: "vector", Unit.ROUTER: "ring"}
+
+
 def instruction_class(r: Resolved) -> str:
     """The class a run's busy cycles are broken down by."""
     unit = OPCODES[r.op].unit
     if unit is Unit.DMA:
         spaces = (r.dst[0], r.src1[0])
         return "dma-hbm" if Space.HBM in spaces else "dma-host" if Space.HOST in spaces else "dma-onchip"
-    return {Unit.CONTROL: "control", Unit.MATRIX: "matrix", Unit.VECTOR: "vector", Unit.ROUTER: "ring"}[unit]
+    return _UNIT_CLASS[unit]
 
 
 def _block(operand: tuple, rows: int, cols: int, stride: int, start: int = 0):
@@ -225,14 +228,15 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
     cycle it could start on this card) and receives the joint start; at a RECV it yields (RECV,
     its local start) and receives the start once the matching SEND is scheduled."""
     issue = -1                      # cycle the decoder issued the previous instruction
-    unit_free = dict.fromkeys(Unit, 0)
-    unit_starts = {u: deque(maxlen=cfg.queue_depth) for u in Unit}
+    unit_free = [0] * len(Unit)     # by unit number: when the unit's last instruction completes
+    unit_starts = [deque(maxlen=cfg.queue_depth) for _ in Unit]
     inflight = []                   # (done, reads, writes) of instructions that may still block
     last_done = 0
     outgoing = links[report.card]
     for r in trace:
         cost = instruction_cost(r, cfg)
         unit = cost.unit
+        slot = unit._value_
         report.instructions += 1
         if unit is Unit.CONTROL:
             issue += 1
@@ -244,12 +248,12 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
             report.cycles = last_done
         else:
             issue += 1
-            starts = unit_starts[unit]
+            starts = unit_starts[slot]
             if len(starts) == cfg.queue_depth:
                 issue = max(issue, starts[0])
             inflight = [e for e in inflight if e[0] > issue + 1]
             reads, writes = access_ranges(r)
-            start = max(issue + 1, unit_free[unit])
+            start = max(issue + 1, unit_free[slot])
             for done_e, reads_e, writes_e in inflight:
                 if done_e > start and (_overlaps(writes, writes_e) or _overlaps(writes, reads_e)
                                        or _overlaps(reads, writes_e)):
@@ -262,7 +266,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
             if r.op is Opcode.SEND:
                 outgoing.append(done)
             starts.append(start)
-            unit_free[unit] = done
+            unit_free[slot] = done
             inflight.append((done, reads, writes))
             last_done = max(last_done, done)
         report.timeline.append((r.op.name, issue, start, done))

@@ -435,3 +435,15 @@ def test_host_side_misuse():
     with pytest.raises(ValueError, match="pos must be an integer"):
         device.run(-1, 1)
     assert isinstance(HostAccessError("x"), DeviceError)
+
+
+def test_bench_runs_a_compiled_model(capsys):
+    """The speed benchmark end to end on a tiny compiled GPT-2 (prompt run, then decode runs)."""
+    import json
+
+    from ringgpt.sim.functional import bench
+    bench.main(["--model", "synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=300,n_positions=64",
+                "--config", "sim-small", "--cards", "2", "--prompt", "3", "--tokens", "2", "--max-context", "16"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"] == "sim-small-x2" and result["decode_tokens"] == 2
+    assert result["modeled_decode"]["cycles"] > 0 and result["modeled_decode"]["busy"]["MATRIX"] > 0
