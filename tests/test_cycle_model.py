@@ -26,8 +26,8 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
 
 
 @pytest.mark.parametrize("resolved,cost,cls", [
-    (Resolved(Opcode.MATMUL, rows=3, n=40, k=100, dst=ABUF, src1=ABUF, src2=WBUF), (Unit.MATRIX, 3 * 13 * 10 + 12, 0, 0, 0),
-     "matrix"),
+    (Resolved(Opcode.MATMUL, rows=3, n=40, k=100, dst=ABUF, src1=ABUF, src2=WBUF),
+     (Unit.MATRIX, 3 * 13 * 10 + 12, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 2 * 8 * 3 + 12, 0, 0, 0), "matrix"),
     (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 2 * 3 + 10, 0, 0, 0), "vector"),
     (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 5 + 10, 0, 0, 0), "vector"),

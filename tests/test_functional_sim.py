@@ -218,7 +218,8 @@ def test_vector_reductions(rng):
 
 
 def test_zero_sized_operations_touch_nothing():
-    device = device_for("VSUM dst=ABUF[0] src1=ABUF[8] rows=r2 n=5\nLOAD dst=ABUF[0] src1=HBM[999999] rows=2 n=r2\nHALT")
+    device = device_for("VSUM dst=ABUF[0] src1=ABUF[8] rows=r2 n=5\n"
+                        "LOAD dst=ABUF[0] src1=HBM[999999] rows=2 n=r2\nHALT")
     device.cards[0].mem[Space.ABUF][0] = 7.0
     device.run(0, 0)
     assert device.memory(0, Space.ABUF)[0] == 7.0
@@ -247,7 +248,7 @@ def test_allgather_uneven_slices(rng, widths):
 
 def test_send_recv_around_the_ring_and_to_itself(rng):
     data = [rand16(rng, 2, 6) for _ in range(3)]
-    texts = [f"SEND src1=ABUF[0] rows=2 n=6 src1_stride=8\nRECV dst=ABUF[100] rows=2 n=6 dst_stride=6\nHALT"] * 3
+    texts = ["SEND src1=ABUF[0] rows=2 n=6 src1_stride=8\nRECV dst=ABUF[100] rows=2 n=6 dst_stride=6\nHALT"] * 3
     device = device_for(texts)
     for c in range(3):
         put(device, Space.ABUF, 0, data[c], 8, card=c)
@@ -268,10 +269,12 @@ def test_column_parallel_matmul_on_four_cards_equals_one_card(rng):
     offsets = np.concatenate([[0], np.cumsum(widths)[:-1]])
     texts, hbm = [], []
     for c, (n, off) in enumerate(zip(widths, offsets)):
+        matmul = (f"MATMUL dst=ABUF[200] src1=ABUF[0] src2=WBUF[0] rows=r2 n={n} k={k} dst_stride={n} "
+                  f"src1_stride={k} src2_stride={k}")
         texts.append(f"""
             LOAD dst=ABUF[0] src1=HOST[0] rows=r2 n={k} dst_stride={k} src1_stride={k}
             LOAD dst=WBUF[0] src1=HBM[0] rows=1 n={n * k}
-            MATMUL dst=ABUF[200] src1=ABUF[0] src2=WBUF[0] rows=r2 n={n} k={k} dst_stride={n} src1_stride={k} src2_stride={k}
+            {matmul}
             ALLGATHER dst=ABUF[400] src1=ABUF[200] rows=r2 n={n} k={off} dst_stride={n_total} src1_stride={n}
             VGELU dst=ABUF[400] src1=ABUF[400] rows=r2 n={n_total} dst_stride={n_total} src1_stride={n_total}
             STORE dst=HOST[100] src1=ABUF[400] rows=r2 n={n_total} dst_stride={n_total} src1_stride={n_total}
@@ -347,7 +350,8 @@ def test_program_without_halt_is_rejected():
      r"src1 reads HBM words \[4095, 4103\), beyond the image's HBM memory map of 4096 words"),
     ("STORE dst=HBM[4294967000] src1=ABUF[0] rows=1 n=8",
      r"dst writes HBM words \[4294967000, 4294967008\), beyond the card's HBM of 134217728 words"),
-    ("STORE dst=HOST[1020] src1=ABUF[0] rows=1 n=8", r"dst writes HOST words \[1020, 1028\), beyond the host buffer of 1024"),
+    ("STORE dst=HOST[1020] src1=ABUF[0] rows=1 n=8",
+     r"dst writes HOST words \[1020, 1028\), beyond the host buffer of 1024"),
     ("GATHER dst=ABUF[0] src1=HBM[0] src2=HOST[0] rows=2 n=8 src1_stride=8",
      r"src1 \(index 600 of row 1\) reads HBM words \[4800, 4808\), beyond the image's HBM memory map"),
     ("VADD dst=ABUF[0] src1=ABUF[262100] src2=IMM[0x3c00] rows=r2 n=40 dst_stride=40 src1_stride=40",

@@ -110,6 +110,13 @@ def test_matmul_signed_zero_padding_and_cancellation():
     assert bits(nm.matmul(np.full((1, 2), 2.0, np.float16), big, 2))[0, 0] == 0x7C00
 
 
+@pytest.mark.parametrize("m,k,n", [(0, 5, 3), (2, 0, 3), (2, 5, 0)])
+def test_matmul_empty_dimensions(m, k, n):
+    x, w = np.ones((m, k), np.float16), np.ones((k, n), np.float16)
+    got = nm.matmul(x, w, 4)
+    assert got.shape == (m, n) and np.array_equal(bits(got), ref_matmul_bits(x, w, 4))
+
+
 def test_matmul_rejects_bad_shapes_and_widths():
     with pytest.raises(ValueError, match="shapes do not fit"):
         nm.matmul(np.zeros((2, 3), np.float16), np.zeros((4, 5), np.float16), 4)
