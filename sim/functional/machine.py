@@ -28,8 +28,8 @@ _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.
 
 class Decoded:
     """An instruction pre-decoded at load into plain tuples, resolved against the registers when
-    executed."""
-    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl")
+    executed (the last resolution is kept and reused while the registers it reads are unchanged)."""
+    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl", "regs_read", "_last")
 
     def __init__(self, inst: Instruction):
         self.inst = inst
@@ -39,12 +39,20 @@ class Decoded:
         self.strides = (inst.dst_stride, inst.src1_stride, inst.src2_stride, inst.aux_stride)
         self.flags = inst.flags
         self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
+        self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg} | {reg for reg, _ in self.dims if reg}))
+        self._last = (None, None)
 
     def resolve(self, regs: list, card: int) -> Resolved:
+        key = tuple(regs[reg] for reg in self.regs_read)
+        last_key, resolved = self._last
+        if key == last_key:
+            return resolved
         operands = [(space, (offset + regs[reg]) & MASK32) if reg else (space, offset)
                     for space, reg, offset in self.operands]
         rows, n, k, pos = [(imm + regs[reg]) & MASK32 if reg else imm for reg, imm in self.dims]
-        return Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
+        resolved = Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
+        self._last = (key, resolved)
+        return resolved
 
 
 class State(enum.Enum):
