@@ -39,7 +39,8 @@ class Decoded:
         self.strides = (inst.dst_stride, inst.src1_stride, inst.src2_stride, inst.aux_stride)
         self.flags = inst.flags
         self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
-        self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg} | {reg for reg, _ in self.dims if reg}))
+        self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg}
+                                      | {reg for reg, _ in self.dims if reg}))
         self._last = (None, None)
 
     def resolve(self, regs: list, card: int) -> Resolved:
