@@ -38,11 +38,10 @@ LAYER_SLICES = ("qkv", "proj", "fc", "fc2")
 
 @dataclass(frozen=True)
 class Piece:
-    """One MATMUL's weights inside a weight-buffer load: `cols` columns of `k` words (column-major), then
-    `cols` bias words when `bias`. `origin` says where the columns come from: (layer, slice index, first
-    local column)."""
-    unit: int
-    offset: int
+    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major)
+    at HBM word `hbm`, then `cols` bias words when `bias`. `origin` = (layer, slice index, first local
+    column); the LM head is slice 0 of layer n_layer."""
+    hbm: int
     cols: int
     k: int
     bias: bool
@@ -53,85 +52,59 @@ class Piece:
         return self.cols * (self.k + self.bias)
 
 
-@dataclass(frozen=True)
-class LoadUnit:
-    """One LOAD of contiguous HBM words into a weight-buffer slot."""
-    hbm: int
-    words: int
-
-
-def _fit_columns(space: int, k: int, bias: bool, align: int) -> int:
-    cols = space // (k + bias)
-    return cols - cols % align if cols >= align else cols
-
-
-class StreamPacker:
-    """Cuts weight slices into pieces packed into loads of at most `slot_words`, in consumption order."""
-
-    def __init__(self, slot_words: int, align: int):
-        self.slot_words, self.align = slot_words, align
-        self.units: list = []
-        self.pieces: list = []
-        self._open = None  # (hbm start, words used) of the unit being filled
-
-    def close(self) -> None:
-        if self._open is not None:
-            self.units.append(LoadUnit(*self._open))
-            self._open = None
-
-    def add(self, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, contiguous: bool = True) -> int:
-        """Packs `ncols` columns whose data starts at HBM word hbm_at; returns the HBM word after them.
-        `contiguous`: the data follows the open unit's (else a new unit starts)."""
-        if k + bias > self.slot_words:
-            raise CapacityError(f"one weight column of {k} words does not fit a weight-buffer slot of "
-                                f"{self.slot_words} words: use fewer weight-buffer slots")
-        if not contiguous:
-            self.close()
-        layer, index, col = origin
-        while ncols:
-            if self._open is None:
-                self._open = (hbm_at, 0)
-            start, used = self._open
-            take = min(ncols, _fit_columns(self.slot_words - used, k, bias, self.align))
-            if take == 0:
-                self.close()
-                continue
-            piece = Piece(len(self.units), used, take, k, bias, (layer, index, col))
-            self.pieces.append(piece)
-            self._open = (start, used + piece.words)
-            hbm_at += piece.words
-            col += take
-            ncols -= take
+def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, slot_words: int,
+               align: int) -> int:
+    """Cuts one weight slice (`ncols` columns of k words, + bias, at HBM word hbm_at) into the fewest pieces
+    that fit a weight-buffer slot, nearly equal and in whole `align` column groups; appends them to `pieces`
+    and returns the HBM word after the slice. A load never holds two slices, so its slot frees as soon as
+    the slice's matrix work is done, whatever the next slice waits for."""
+    column_words = k + bias
+    if column_words > slot_words:
+        raise CapacityError(f"one weight column of {k} words does not fit a weight-buffer slot of {slot_words} "
+                            "words: use fewer weight-buffer slots")
+    if not ncols:
         return hbm_at
+    count = -(-ncols * column_words // slot_words)
+    spans = split(ncols, count, align)
+    while any((b - a) * column_words > slot_words for a, b in spans):
+        count += 1
+        spans = split(ncols, count, align if count * align <= ncols else 1)
+    layer, index, col = origin
+    for a, b in spans:
+        pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a)))
+    return hbm_at + ncols * column_words
 
 
 class WeightStream:
-    """Emits the stream's LOADs into the ring of weight-buffer slots (unit u goes to slot u mod S). A unit's
-    LOAD may be emitted once every MATMUL reading the slot's previous unit (u - S) has been."""
+    """Emits the pieces' LOADs into the ring of weight-buffer slots (piece i goes to slot i mod S). A LOAD may
+    be emitted once the MATMUL of piece i - S (the slot's previous reader) has been."""
 
-    def __init__(self, asm: Asm, units: list, pieces: list, slot_words: int, slots: int):
-        self.asm, self.units, self.pieces, self.slot_words, self.slots = asm, units, pieces, slot_words, slots
+    def __init__(self, asm: Asm, pieces: list, slot_words: int, slots: int):
+        self.asm, self.pieces, self.slot_words, self.slots = asm, pieces, slot_words, slots
         self.loaded = 0
         self.used = 0
+        self.hold = len(pieces)
+        """fill() emits no LOAD of this piece or later (other DMA work is to be queued before them)."""
 
-    def slot(self, unit: int) -> int:
-        return (unit % self.slots) * self.slot_words
+    def slot(self, index: int) -> int:
+        return (index % self.slots) * self.slot_words
 
     def fill(self, ahead: int | None = None) -> None:
-        """Emits the LOADs of the next units, up to `ahead` units past the one being read (default: all slots)."""
-        current = self.pieces[self.used].unit if self.used < len(self.pieces) else len(self.units)
-        limit = current + (self.slots if ahead is None else min(ahead, self.slots))
-        while self.loaded < min(limit, len(self.units)):
-            unit = self.units[self.loaded]
-            self.asm(Opcode.LOAD, dst=wbuf(self.slot(self.loaded)), src1=hbm(unit.hbm), rows=1, n=unit.words)
+        """Emits the next LOADs, up to `ahead` pieces past the next one to be read (default: all slots) and,
+        unless `ahead` is given, not past the hold."""
+        limit = self.used + (self.slots if ahead is None else min(ahead, self.slots))
+        if ahead is None:
+            limit = min(limit, self.hold)
+        while self.loaded < min(limit, len(self.pieces)):
+            piece = self.pieces[self.loaded]
+            self.asm(Opcode.LOAD, dst=wbuf(self.slot(self.loaded)), src1=hbm(piece.hbm), rows=1, n=piece.words)
             self.loaded += 1
 
     def take(self) -> tuple[Piece, int]:
-        """The next piece and its weight-buffer address (its unit's LOAD emitted first if it was not yet)."""
+        """The next piece and its weight-buffer address (its LOAD emitted first if it was not yet)."""
         self.fill(1)
-        piece = self.pieces[self.used]
         self.used += 1
-        return piece, self.slot(piece.unit) + piece.offset
+        return self.pieces[self.used - 1], self.slot(self.used - 1)
 
 
 class CardBuilder:
@@ -148,9 +121,10 @@ class CardBuilder:
         self.local_heads = self.h1 - self.h0
         hd, d = dims.head_dim, dims.n_embd
         self.kv_width = self.local_heads * hd
-        """W: the local heads' K (or V) columns; the QKV block is [Q | K | V], 3W wide."""
+        """W: the local heads' K (or V) columns. The QKV block is [K | V | Q], 3W wide: K and V are computed
+        first, so appending them to the KV cache overlaps the Q columns' matrix work."""
         heads_cols = np.arange(self.h0 * hd, self.h1 * hd)
-        self.columns = [np.concatenate([heads_cols, d + heads_cols, 2 * d + heads_cols]),
+        self.columns = [np.concatenate([d + heads_cols, 2 * d + heads_cols, heads_cols]),
                         np.arange(self.e0, self.e1), np.arange(self.f0, self.f1), np.arange(self.e0, self.e1)]
         self.inputs = [d, d, d, dims.n_inner]
         groups = -(-self.local_heads // self.plan.kv_group) if self.local_heads else 0
@@ -165,24 +139,21 @@ class CardBuilder:
         self.wte = m.alloc("wte", dims.vocab_size * d, "weights")
         self.wpe = m.alloc("wpe", tmax * d, "weights")
         self.ln = m.alloc("layernorm", dims.n_layer * 4 * d + 2 * d, "weights")
-        packer = StreamPacker(ctx.slot_words, ctx.config.mpu_lanes)
+        self.pieces = []
+        slot_words, align = ctx.slot_words, ctx.config.mpu_lanes
         self.stream_start = at = align_up(m.top, m.align)
         for layer in range(dims.n_layer):
             for index in range(len(LAYER_SLICES)):
-                at = packer.add(at, len(self.columns[index]), self.inputs[index], True, (layer, index, 0))
+                at = pack_slice(self.pieces, at, len(self.columns[index]), self.inputs[index], True,
+                                (layer, index, 0), slot_words, align)
         self.stream_words = at - self.stream_start
         m.alloc("layer weights", self.stream_words, "weights")
         vocab = self.v1 - self.v0
         self.lm_head = self.wte + self.v0 * d if ctx.tied else m.alloc("lm_head", vocab * d, "weights")
-        packer.add(self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), contiguous=False)
-        packer.close()
-        self.units, self.pieces = packer.units, packer.pieces
+        pack_slice(self.pieces, self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), slot_words, align)
         self.kv = [m.alloc(f"KV cache L{layer}", tmax * 2 * self.kv_width, "kv") if self.local_heads else None
                    for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
-
-    def piece_hbm(self, piece: Piece) -> int:
-        return self.units[piece.unit].hbm + piece.offset
 
     def new_segments(self) -> None:
         """Allocates the card's HBM contents (filled by fill_layer and segments)."""
@@ -200,7 +171,7 @@ class CardBuilder:
                 continue
             weight, bias = tensors[index]
             cols = self.columns[index][col:col + piece.cols]
-            start = self.piece_hbm(piece) - self.stream_start
+            start = piece.hbm - self.stream_start
             self.stream_data[start:start + piece.cols * piece.k] = weight[:, cols].T.ravel()
             self.stream_data[start + piece.cols * piece.k:start + piece.words] = bias[cols]
 
@@ -219,7 +190,7 @@ class CardBuilder:
         ctx, dims, plan = self.ctx, self.ctx.dims, self.plan
         d, n_inner = dims.n_embd, dims.n_inner
         a = self.asm = Asm()
-        self.stream = WeightStream(a, self.units, self.pieces, ctx.slot_words, ctx.slots)
+        self.stream = WeightStream(a, self.pieces, ctx.slot_words, ctx.slots)
         self._registers()
         # Embedding: token rows gathered by id, plus the position rows from pos on.
         a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
@@ -235,8 +206,16 @@ class CardBuilder:
             self._layernorm(plan["X"], 0, plan["H"], reg(ROWS), lnp, plan["S"])
             if layer + 1 < dims.n_layer:
                 self._load_ln_params(layer + 1)
+            first_area = self._attention_inputs(layer, 0) if self.local_heads else None
+            if self.local_heads:
+                # Queue the KV-cache traffic right behind the load after the last K|V columns' load.
+                kv_last = max(i for i, p in enumerate(self.pieces)
+                              if p.origin[:2] == (layer, 0) and p.origin[2] < 2 * self.kv_width)
+                self.stream.hold = kv_last + 2
             self._linear((layer, 0), plan["H"], d, plan["QKV"], 3 * self.kv_width)
-            self._attention(layer)
+            if self.local_heads:
+                self._append_kv(layer)
+                self._attention(layer, first_area)
             self._allgather(plan["BIG"], d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
             self._linear((layer, 1), plan["BIG"], d, plan["T"] + self.e0, d)
             self._allgather(plan["T"], d, self.e0, self.e1)
@@ -322,46 +301,72 @@ class CardBuilder:
             self.asm(Opcode.ALLGATHER, dst=abuf(base), src1=abuf(base + start), rows=reg(ROWS), n=stop - start,
                      k=start, dst_stride=stride, src1_stride=stride)
 
-    def _attention(self, layer: int) -> None:
-        """Causal attention of the local heads over the keys 0 .. pos + rows - 1; each head's output goes to
-        its columns of the gathered attention block. The run's new K|V rows are appended to the layer's
-        KV cache in HBM (rows of [K | V] for all local heads); each head group's earlier keys and values are
-        read from there into a KV area (V transposed), its new ones copied in from the QKV block."""
-        if not self.local_heads:
-            return
-        ctx, plan, a = self.ctx, self.plan, self.asm
-        hd, tmax, width = ctx.dims.head_dim, ctx.max_context, self.kv_width
-        qkv, cache = plan["QKV"], self.kv[layer]
-        a(Opcode.STORE, dst=hbm(cache, POS_KV), src1=abuf(qkv + width), rows=reg(ROWS), n=2 * width,
-          dst_stride=2 * width, src1_stride=3 * width)
-        for start, stop in self.groups:
-            gw = (stop - start) * hd
-            area = plan["KV"] + (self.area_counter % plan.kv_areas) * 2 * plan.kv_group * hd * tmax
-            self.area_counter += 1
-            keys, values_t = area, area + tmax * plan.kv_group * hd
-            a(Opcode.LOAD, dst=abuf(keys), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
-              src1_stride=2 * width)
-            a(Opcode.LOAD, dst=abuf(values_t), src1=hbm(cache + width + start * hd), rows=reg(POS), n=gw,
-              dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1})
-            a(Opcode.LOAD, dst=abuf(keys, self.width_reg[gw]), src1=abuf(qkv + width + start * hd), rows=reg(ROWS),
-              n=gw, dst_stride=gw, src1_stride=3 * width)
-            a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + 2 * width + start * hd), rows=reg(ROWS), n=gw,
-              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1})
-            for h in range(start, stop):
-                self._head(h, keys + (h - start) * hd, gw, values_t + (h - start) * hd * tmax)
+    def _attention_inputs(self, layer: int, group: int) -> int:
+        """Emits the LOADs of a head group's earlier keys and values (rows 0 .. pos - 1 of the layer's KV cache)
+        into its KV area (V transposed); returns the area's address."""
+        plan, hd, tmax, width = self.plan, self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
+        start, stop = self.groups[group]
+        gw = (stop - start) * hd
+        area = plan["KV"] + (self.area_counter % plan.kv_areas) * 2 * plan.kv_group * hd * tmax
+        self.area_counter += 1
+        cache = self.kv[layer]
+        self.asm(Opcode.LOAD, dst=abuf(area), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
+                 src1_stride=2 * width)
+        self.asm(Opcode.LOAD, dst=abuf(area + tmax * plan.kv_group * hd), src1=hbm(cache + width + start * hd),
+                 rows=reg(POS), n=gw, dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1})
+        return area
 
-    def _head(self, h: int, keys: int, key_stride: int, values_t: int) -> None:
-        """Scores, softmax and weighted values of local head h (keys: column j at keys + j * key_stride)."""
-        ctx, plan, a = self.ctx, self.plan, self.asm
-        hd, tmax, d = ctx.dims.head_dim, ctx.max_context, ctx.dims.n_embd
+    def _append_kv(self, layer: int) -> None:
+        """Appends the run's new K|V rows of every local head to the layer's KV cache in HBM."""
+        width = self.kv_width
+        self.asm(Opcode.STORE, dst=hbm(self.kv[layer], POS_KV), src1=abuf(self.plan["QKV"]), rows=reg(ROWS),
+                 n=2 * width, dst_stride=2 * width, src1_stride=3 * width)
+
+    def _attention(self, layer: int, first_area: int | None) -> None:
+        """Causal attention of the local heads over the keys 0 .. pos + rows - 1, each head's output into its
+        columns of the gathered attention block. Per head group, the run's new keys and values are copied from
+        the QKV block into the KV area behind the earlier ones. The heads are software-pipelined: head h+1's
+        scores are issued before head h's weighted sum, so the matrix unit works while the vector unit does
+        head h's softmax."""
+        plan, a = self.plan, self.asm
+        hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
+        qkv, pending = plan["QKV"], None
+        for group, (start, stop) in enumerate(self.groups):
+            area = first_area if group == 0 else self._attention_inputs(layer, group)
+            gw = (stop - start) * hd
+            keys, values_t = area, area + tmax * plan.kv_group * hd
+            a(Opcode.LOAD, dst=abuf(keys, self.width_reg[gw]), src1=abuf(qkv + start * hd), rows=reg(ROWS),
+              n=gw, dst_stride=gw, src1_stride=3 * width)
+            a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
+              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1})
+            if group == len(self.groups) - 1:
+                self.stream.hold = len(self.pieces)
+                self.stream.fill()
+            for h in range(start, stop):
+                scores = self._scores(h, keys + (h - start) * hd, gw)
+                if pending:
+                    self._weighted_values(*pending)
+                self._softmax(h, scores)
+                pending = (h, scores, values_t + (h - start) * hd * tmax)
+        if pending:
+            self._weighted_values(*pending)
+
+    def _scores(self, h: int, keys: int, key_stride: int) -> int:
+        """MASKED_QK of local head h (keys: column j at keys + j * key_stride); returns the score area."""
+        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
         which = h % plan.score_areas
         scores = plan["SCORES"] + which * tmax * plan.max_rows
+        self.asm(Opcode.MASKED_QK, dst=abuf(scores), src1=abuf(plan["QKV"] + 2 * self.kv_width + h * hd),
+                 src2=abuf(keys), aux=abuf(plan["S"] + Stat.ROWMAX[which]), rows=reg(ROWS), n=reg(TOKENS), k=hd,
+                 pos=reg(POS), dst_stride=tmax, src1_stride=3 * self.kv_width, src2_stride=key_stride,
+                 aux_stride=STAT_WORDS)
+        return scores
+
+    def _softmax(self, h: int, scores: int) -> None:
+        a, plan, tmax, sw = self.asm, self.plan, self.ctx.max_context, STAT_WORDS
+        which = h % plan.score_areas
         rowmax, rowsum = abuf(plan["S"] + Stat.ROWMAX[which]), abuf(plan["S"] + Stat.ROWSUM[which])
-        sw, rows, tokens = STAT_WORDS, reg(ROWS), reg(TOKENS)
-        row_scalar = {"src2_row_scalar": 1}
-        a(Opcode.MASKED_QK, dst=abuf(scores), src1=abuf(plan["QKV"] + h * hd), src2=abuf(keys), aux=rowmax,
-          rows=rows, n=tokens, k=hd, pos=reg(POS), dst_stride=tmax, src1_stride=3 * self.kv_width,
-          src2_stride=key_stride, aux_stride=sw)
+        rows, tokens, row_scalar = reg(ROWS), reg(TOKENS), {"src2_row_scalar": 1}
         a(Opcode.VSUB, dst=abuf(scores), src1=abuf(scores), src2=rowmax, rows=rows, n=tokens, dst_stride=tmax,
           src1_stride=tmax, src2_stride=sw, flags=row_scalar)
         a(Opcode.VEXP, dst=abuf(scores), src1=abuf(scores), rows=rows, n=tokens, dst_stride=tmax, src1_stride=tmax)
@@ -369,8 +374,12 @@ class CardBuilder:
         a(Opcode.VRECIP, dst=rowsum, src1=rowsum, rows=rows, n=1, dst_stride=sw, src1_stride=sw)
         a(Opcode.VMUL, dst=abuf(scores), src1=abuf(scores), src2=rowsum, rows=rows, n=tokens, dst_stride=tmax,
           src1_stride=tmax, src2_stride=sw, flags=row_scalar)
-        a(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
-          rows=rows, n=hd, k=tokens, dst_stride=d, src1_stride=tmax, src2_stride=tmax)
+
+    def _weighted_values(self, h: int, scores: int, values_t: int) -> None:
+        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
+        self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
+                 rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
+                 src2_stride=tmax)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Attention is split by heads, the fully-connected layers (QKV excepted: it follows the heads) and the
 LM head by output columns. Counts need not divide: 25 heads on 4 cards are 7, 6, 6, 6; 3 heads on
 4 cards leave one card without attention work. Column splits are made in whole groups of
-`align` columns (the matrix unit's lanes) where possible. Every output element is produced by one
+`align` columns (the matrix unit's lanes) where possible; the first MLP layer's split evens out
+the weight bytes per card that an uneven head split leaves (decode streams every card's weights). Every output element is produced by one
 card with the full reduction, so the logits do not depend on the card count.
 """
 from __future__ import annotations
@@ -45,7 +46,33 @@ class Partition:
         return {"cards": self.cards, "heads": self.heads, "embd": self.embd, "ffn": self.ffn, "vocab": self.vocab}
 
 
+def balance(total: int, base: list, align: int) -> tuple[Span, ...]:
+    """Spans of range(total), in whole `align` groups where possible, sized so that base[c] + size_c is as
+    even as possible over the cards (sizes never negative)."""
+    groups = -(-total // align)
+    target = (sum(base) / align + groups) / len(base)
+    sizes = [max(0, round(target - b / align)) for b in base]
+    while sum(sizes) > groups:
+        sizes[max(range(len(sizes)), key=lambda c: (base[c] / align + sizes[c], sizes[c]))] -= 1
+    while sum(sizes) < groups:
+        sizes[min(range(len(sizes)), key=lambda c: base[c] / align + sizes[c])] += 1
+    spans, start = [], 0
+    for size in sizes:
+        stop = min(total, start + size * align)
+        spans.append((start, stop))
+        start = stop
+    return tuple(spans)
+
+
 def partition(n_head: int, n_embd: int, n_inner: int, vocab_size: int, cards: int, align: int) -> Partition:
-    """The partition of a GPT-2 model over `cards` cards whose matrix unit has `align` lanes."""
-    return Partition(cards=cards, heads=split(n_head, cards), embd=split(n_embd, cards, align),
-                     ffn=split(n_inner, cards, align), vocab=split(vocab_size, cards, align))
+    """The partition of a GPT-2 model over `cards` cards whose matrix unit has `align` lanes. Heads are split
+    as evenly as they go; the first MLP layer's columns then even out the weights each card streams per layer
+    (a card with an extra head gets fewer of them)."""
+    head_dim = n_embd // n_head
+    heads = split(n_head, cards)
+    embd = split(n_embd, cards, align)
+    # Weight words per layer besides the first MLP layer: Q, K, V columns, then attention and MLP projections.
+    base = [(3 * head_dim * (h1 - h0) * n_embd + (n_embd + n_inner) * (e1 - e0)) / n_embd
+            for (h0, h1), (e0, e1) in zip(heads, embd)]
+    return Partition(cards=cards, heads=heads, embd=embd, ffn=balance(n_inner, base, align),
+                     vocab=split(vocab_size, cards, align))
