@@ -1,6 +1,8 @@
 """Shared pytest configuration: skip GPU and board tests cleanly when their hardware is absent."""
 import pytest
 
+pytest_plugins = ["ringgpt.sim.cocotb_support.pytest_plugin"]
+
 
 def _cuda_available() -> bool:
     try:

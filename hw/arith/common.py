@@ -1,0 +1,96 @@
+"""Typed floating-point fields and the combinational building blocks the arithmetic units share:
+a leading-zero counter, pipeline registers, and FP32 round-to-nearest-even packing.
+
+The bit-level rules are those of `ringgpt.hw.numerics`; the format constants come from there.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import data
+
+from .. import numerics as nx
+
+FP16 = data.StructLayout({"mant": nx.FP16_MAN_BITS, "exp": nx.FP16_EXP_BITS, "sign": 1})
+"""IEEE binary16 bit fields (mantissa in the low bits)."""
+FP32 = data.StructLayout({"mant": nx.FP32_MAN_BITS, "exp": nx.FP32_EXP_BITS, "sign": 1})
+"""IEEE binary32 bit fields (mantissa in the low bits)."""
+
+FP32_EXP_MAX = (1 << nx.FP32_EXP_BITS) - 1
+FP16_EXP_MAX = (1 << nx.FP16_EXP_BITS) - 1
+FP32_INF = FP32_EXP_MAX << nx.FP32_MAN_BITS
+FP16_INF = FP16_EXP_MAX << nx.FP16_MAN_BITS
+
+
+def check_power_of_two(what: str, width, minimum: int = 2) -> None:
+    """Raises ValueError unless `width` is an int power of two >= `minimum`."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < minimum or width & (width - 1):
+        raise ValueError(f"{what} width must be a power of two >= {minimum}, got {width!r}")
+
+
+def register(m: Module, value, shape=None, *, name: str) -> Signal:
+    """A pipeline register: a signal of `shape` (default: the shape of `value`) loaded from `value`
+    on every clock edge."""
+    reg = Signal(Value.cast(value).shape() if shape is None else shape, name=name)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
+def stage(m: Module, prefix: str, **values) -> dict:
+    """One pipeline stage: registers every keyword value; returns the registers by name."""
+    return {key: register(m, value, name=f"{prefix}_{key}") for key, value in values.items()}
+
+
+def delay(m: Module, value, cycles: int, *, name: str):
+    """`value` delayed by `cycles` pipeline registers (the value itself when `cycles` is 0)."""
+    for n in range(cycles):
+        value = register(m, value, name=f"{name}_d{n + 1}")
+    return value
+
+
+def leading_zeros(m: Module, value: Value, *, name: str) -> Signal:
+    """Combinational count of leading zeros of `value` (its full width when `value` is 0)."""
+    value = Value.cast(value)
+    width = len(value)
+    count = Signal(range(width + 1), name=name)
+    m.d.comb += count.eq(width)
+    for bit in range(width):  # later assignments win: the highest set bit decides
+        with m.If(value[bit]):
+            m.d.comb += count.eq(width - 1 - bit)
+    return count
+
+
+def is_nan32(x) -> Value:
+    return (x.exp == FP32_EXP_MAX) & (x.mant != 0)
+
+
+def is_inf32(x) -> Value:
+    return (x.exp == FP32_EXP_MAX) & (x.mant == 0)
+
+
+def round_pack_fp32(m: Module, sign: Value, exp: Value, sig: Value, *, name: str) -> Signal:
+    """Rounds a finite, nonzero FP32 magnitude to nearest even and packs it (combinational).
+
+    `sig` holds 24 significand bits followed by at least one guard bit (its top bit is the hidden
+    bit); `exp` is the biased exponent the value has when that top bit is set. A significand whose
+    top bit is clear must come with `exp` == 1 (a subnormal). Exponents that reach 255 after
+    rounding give Inf.
+    """
+    extra = len(sig) - 24
+    assert extra >= 1
+    keep = sig[extra:]
+    guard = sig[extra - 1]
+    sticky = sig[:extra - 1].any() if extra > 1 else Const(0, 1)
+    up = guard & (sticky | keep[0])
+    rounded = Signal(25, name=f"{name}_rounded")
+    m.d.comb += rounded.eq(keep + up)
+    carry = rounded[24]
+    mant = Mux(carry, rounded[1:24], rounded[:23])
+    exp_out = Signal(unsigned(len(exp) + 1), name=f"{name}_exp")
+    m.d.comb += exp_out.eq(exp + carry)
+    normal = carry | rounded[23]
+    packed = Signal(32, name=name)
+    with m.If(exp_out >= FP32_EXP_MAX):
+        m.d.comb += packed.eq(Cat(Const(FP32_INF, 31), sign))
+    with m.Else():
+        m.d.comb += packed.eq(Cat(mant, Mux(normal, exp_out[:8], 0), sign))
+    return packed

