@@ -451,3 +451,35 @@ def test_bench_runs_a_compiled_model(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["config"] == "sim-small-x2" and result["decode_tokens"] == 2
     assert result["modeled_decode"]["cycles"] > 0 and result["modeled_decode"]["busy"]["MATRIX"] > 0
+
+
+# --- timing-only runs ----------------------------------------------------------------------------------
+
+def _four_card_gather_program(k=40, n=6):
+    return [f"""
+        LOAD dst=ABUF[0] src1=HOST[0] rows=r2 n={k} dst_stride={k} src1_stride={k}
+        LOAD dst=WBUF[0] src1=HBM[0] rows=1 n={n * k}
+        MATMUL dst=ABUF[200] src1=ABUF[0] src2=WBUF[0] rows=r2 n={n} k={k} dst_stride={n} src1_stride={k} src2_stride={k}
+        ALLGATHER dst=ABUF[400] src1=ABUF[200] rows=r2 n={n} k={c * n} dst_stride={4 * n} src1_stride={n}
+        STORE dst=HOST[100] src1=ABUF[400] rows=r2 n={4 * n} dst_stride={4 * n} src1_stride={4 * n}
+        HALT""" for c in range(4)]
+
+
+def test_timing_only_run_models_the_same_schedule_without_data(rng):
+    texts = _four_card_gather_program()
+    hbm = [(c, 0, rand16(rng, 6 * 40)) for c in range(4)]
+    full, timing = device_for(texts, hbm=hbm), device_for(texts, hbm=hbm, compute=False)
+    for device in (full, timing):
+        for c in range(4):
+            device.write_host(c, 0, rand16(rng, 3 * 40))
+    a, b = full.run(pos=2, rows=3), timing.run(pos=2, rows=3)
+    assert (a.cycles, a.hbm_bytes, a.breakdown) == (b.cycles, b.hbm_bytes, b.breakdown)
+    assert full.last_report.summary() == timing.last_report.summary()
+    assert np.any(full.read_host(0, 100, 72) != 0)
+    assert not np.any(timing.memory(0, Space.ABUF)) and not np.any(timing.memory(0, Space.HBM))
+
+
+def test_timing_only_run_still_checks_addresses():
+    device = device_for("NOP\nLOAD dst=ABUF[0] src1=HBM[4090] rows=1 n=8\nHALT", compute=False)
+    with pytest.raises(AddressFault, match=r"reads HBM words \[4090, 4098\), beyond the image's HBM memory map"):
+        device.run(0, 1)

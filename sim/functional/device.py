@@ -59,8 +59,12 @@ class SimulatorDevice(Device):
     """A ring of `config.cards` simulated cards: bit-exact results (numerics.py) and, for every run,
     the cycle model's schedule (`last_report`). Memory persists across runs; registers do not."""
 
-    def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS):
+    def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS, compute: bool = True):
+        """compute=False runs timing only: registers, control flow, address checks, the ring's
+        matching and the cycle model, without moving or computing data (for models whose
+        arithmetic is too slow to simulate; results read back are zeros)."""
         self.config = config
+        self.compute = compute
         self.max_steps = max_steps
         self.cards: list[Card] = []
         self.last_report: CycleReport | None = None
@@ -84,14 +88,15 @@ class SimulatorDevice(Device):
             if not 0 <= card_image.hbm_words <= cfg.hbm_words:
                 raise ImageError(f"card {index}: HBM memory map of {card_image.hbm_words} words does not fit "
                                  f"the card's {cfg.hbm_words} words")
-            card = Card(index, cfg, program, card_image.hbm_words, card_image.host_words)
+            card = Card(index, cfg, program, card_image.hbm_words, card_image.host_words, self.compute)
             hbm = card.mem[Space.HBM]
             for address, segment in card_image.hbm_segments:
                 words = _as_words(segment, ImageError, f"card {index} HBM segment at {address}")
                 if not 0 <= address <= address + words.size <= hbm.size:
                     raise ImageError(f"card {index}: HBM segment [{address}, {address + words.size}) lies "
                                      f"outside the memory map of {hbm.size} words")
-                hbm[address:address + words.size] = words
+                if self.compute:
+                    hbm[address:address + words.size] = words
             cards.append(card)
         self.cards = cards
         self.last_report = None

@@ -16,7 +16,7 @@ import numpy as np
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space
-from ringgpt.sim.cycle_model import Resolved
+from ringgpt.sim.cycle_model import Resolved, access_ranges
 from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
@@ -78,8 +78,9 @@ class Message:
 class Card:
     """One card: its memories, registers, program and the trace of the current run."""
 
-    def __init__(self, index: int, cfg: ArchConfig, program: list, hbm_words: int, host_words: int):
-        self.index, self.cfg, self.program = index, cfg, program
+    def __init__(self, index: int, cfg: ArchConfig, program: list, hbm_words: int, host_words: int,
+                 compute: bool = True):
+        self.index, self.cfg, self.program, self.compute = index, cfg, program, compute
         self.mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16),
                     Space.WBUF: np.zeros(cfg.wbuf_words, np.float16),
                     Space.HBM: np.zeros(hbm_words, np.float16),
@@ -96,6 +97,9 @@ class Card:
                          Opcode.MASKED_QK: self._masked_qk, Opcode.VSCALE_SHIFT: self._scale_shift,
                          Opcode.VSUM: self._reduce, Opcode.VDOT: self._reduce, Opcode.VMAX: self._reduce,
                          **dict.fromkeys(_BINARY, self._binary), **dict.fromkeys(_UNARY, self._unary)}
+        if not compute:
+            data_ops = [op for op, run in self._execute.items() if run not in (_nothing, self._control)]
+            self._execute.update(dict.fromkeys(data_ops, self._check_ranges))
 
     # --- run control ---------------------------------------------------------------------------
     def start(self, pos: int, rows: int) -> None:
@@ -132,7 +136,7 @@ class Card:
                     return
                 self._receive(r, incoming.popleft())
             elif op is Opcode.SEND:
-                data = self.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy()
+                data = self.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() if self.compute else None
                 outgoing.append(Message(r.rows, r.n, data, index, self.pc, program[self.pc].inst))
             else:
                 self._execute[op](r)
@@ -187,6 +191,16 @@ class Card:
         return self.read(name, (space, value), r.rows, 1 if row_scalar else r.n, getattr(r, f"{name}_stride"))
 
     # --- instructions --------------------------------------------------------------------------
+    def _check_ranges(self, r: Resolved) -> None:
+        """Timing-only execution: the address checks of an instruction, without its data."""
+        reads, writes = access_ranges(r)
+        for verb, ranges in (("reads", reads), ("writes", writes)):
+            for space, lo, hi in ranges:
+                if space in self.mem:
+                    # A GATHER's table extent depends on the indices (data): only its base is checked.
+                    gathered_table = r.op is Opcode.GATHER and verb == "reads" and space is Space.HBM
+                    self._check("operand", space, lo, lo if gathered_table else hi, verb)
+
     def _control(self, r: Resolved) -> None:
         rd, rs, rt, imm = self.program[self.pc].ctrl
         regs = self.regs
@@ -274,7 +288,8 @@ class Card:
                 f"RECV on card {self.index} does not match the SEND it received", [
                     (message.card, message.pc, message.text, f"sent rows={message.rows} n={message.n}"),
                     (self.index, self.pc, self.text(), f"expects rows={r.rows} n={r.n}")])
-        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, message.data)
+        if self.compute:
+            self.write("dst", r.dst, r.rows, r.n, r.dst_stride, message.data)
 
 
 def _nothing(r: Resolved) -> None:
@@ -294,12 +309,17 @@ def _allgather(cards: list) -> None:
     placed = sorted((k, n) for n, k in slices if n)
     if any(k0 + n0 > k1 for (k0, n0), (k1, _) in zip(placed, placed[1:])):
         raise report("ALLGATHER slices overlap: each card's columns [k, k + n) must be disjoint")
-    blocks = [card.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() for card, r in zip(cards, pending)]
+    if cards[0].compute:
+        blocks = [card.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() for card, r in zip(cards, pending)]
+        for card, r in zip(cards, pending):
+            space, dst = r.dst
+            for (n, k), block in zip(slices, blocks):
+                card.write("dst", (space, dst + k), r.rows, n, r.dst_stride, block)
     for card, r in zip(cards, pending):
-        space, dst = r.dst
-        for (n, k), block in zip(slices, blocks):
-            card.write("dst", (space, dst + k), r.rows, n, r.dst_stride, block)
-        card.complete(r._replace(slices=slices))
+        resolved = r._replace(slices=slices)
+        if not card.compute:
+            card._check_ranges(resolved)
+        card.complete(resolved)
 
 
 def run_ring(cards: list, max_steps: int) -> None:
