@@ -399,22 +399,24 @@ class Context:
 
 
 def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_slots: int = DEFAULT_WBUF_SLOTS,
-                  kv_group: int | None = None) -> ApplianceImage:
+                  kv_group: int | None = None, max_rows: int | None = None) -> ApplianceImage:
     """The appliance image of a GPT-2 model (transformers GPT2LMHeadModel; its weights taken as FP16) on
     config.cards cards of `config`, for contexts of up to max_context tokens. A model on the meta device gives
     an image with programs and layout but no HBM contents (for timing-only runs). `wbuf_slots` and
-    `kv_group` (heads per KV transfer; default: chosen by the activation-buffer planner) tune the schedule."""
+    `kv_group` (heads per KV transfer; default: chosen by the activation-buffer planner) tune the schedule;
+    `max_rows` caps the tokens per run (default: as many as the activation buffer holds)."""
     dims = ModelDims.of(model)
     if not 1 <= max_context <= dims.n_positions:
         raise CompileError(f"max_context={max_context} must be in 1..{dims.n_positions} (the model's positions)")
     if not 2 <= wbuf_slots <= config.wbuf_words // config.mac_width:
         raise CompileError(f"wbuf_slots={wbuf_slots} must be in 2..{config.wbuf_words // config.mac_width}")
-    if kv_group is not None and kv_group < 1:
-        raise CompileError(f"kv_group={kv_group} must be at least 1")
+    for name, value in (("kv_group", kv_group), ("max_rows", max_rows)):
+        if value is not None and value < 1:
+            raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
     shapes = [CardShape(h1 - h0, v1 - v0) for (h0, h1), (v0, v1) in zip(part.heads, part.vocab)]
     plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
-                              kv_group)
+                              kv_group, max_rows)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.hbm_port_bits // 16)
     ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, config.wbuf_words // wbuf_slots,

@@ -159,12 +159,14 @@ def _candidates(max_heads: int):
 
 
 def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
-                      kv_group: int | None = None) -> list:
+                      kv_group: int | None = None, row_cap: int | None = None) -> list:
     """One plan per card (CardShape each), all with the same max_rows: the first candidate (largest KV group,
-    double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context) rows per run, else the
-    one with the most rows. `kv_group` forces the group size. Raises CapacityError if no row fits."""
+    double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context, row_cap) rows per run,
+    else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size. Raises
+    CapacityError if no row fits."""
     max_heads = max(max(c.local_heads for c in cards), 1)
-    target = min(ROW_TARGET, max_context)
+    row_cap = min(max_context, row_cap or max_context)
+    target = min(ROW_TARGET, row_cap)
     best = None
     for group, kv_areas, score_areas in _candidates(max_heads):
         if kv_group is not None and group != min(kv_group, max_heads):
@@ -186,5 +188,6 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
                             f"and one head group's KV cache for max_context={max_context} ({need:,} words): "
                             "lower max_context, use more cards or a smaller KV group")
     rows, group, kv_areas, score_areas = best
+    rows = min(rows, row_cap)
     return [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows)
             for c in cards]

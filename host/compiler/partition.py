@@ -43,7 +43,9 @@ class Partition:
     """LM-head columns (vocabulary entries) whose logits the card computes."""
 
     def to_dict(self) -> dict:
-        return {"cards": self.cards, "heads": self.heads, "embd": self.embd, "ffn": self.ffn, "vocab": self.vocab}
+        """JSON-ready: spans as [start, stop] lists."""
+        return {"cards": self.cards, **{name: [list(span) for span in getattr(self, name)]
+                                        for name in ("heads", "embd", "ffn", "vocab")}}
 
 
 def balance(total: int, base: list, align: int) -> tuple[Span, ...]:

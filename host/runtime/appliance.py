@@ -1,0 +1,138 @@
+"""The runtime: drives a Device that holds a compiled appliance image. Prompt processing in runs of up to
+max_rows tokens (matrix-matrix work over the run's tokens), then one run per generated token (rows = 1)
+with the KV cache the programs keep in HBM; sampling with the reference path's TokenSampler."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ringgpt.host.device import Device, RunStats
+from ringgpt.host.errors import PromptError, RingGPTError
+from ringgpt.host.image import ApplianceImage
+from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler
+
+
+class ApplianceError(RingGPTError):
+    """An appliance image that this runtime cannot drive."""
+
+
+@dataclass
+class ApplianceResult:
+    """Tokens, logits and what they cost. logits[i] (float32, the full vocabulary) chose generated_ids[i].
+    Modeled times come from the device's RunStats; wall_s is the host time the whole generation took."""
+    prompt_ids: list
+    generated_ids: list
+    logits: np.ndarray
+    prompt_runs: list = field(default_factory=list)
+    """RunStats of the prompt-processing runs (chunks of at most max_rows tokens)."""
+    decode_runs: list = field(default_factory=list)
+    """RunStats of the one-token runs that produced generated tokens 2, 3, ..."""
+    wall_s: float = 0.0
+    stop_reason: str = ""
+    """'eos' or 'max_new_tokens'."""
+
+    @property
+    def runs(self) -> list:
+        return self.prompt_runs + self.decode_runs
+
+    @property
+    def ttft_s(self) -> float:
+        """Modeled time to first token: the prompt runs' modeled seconds."""
+        return sum(r.seconds for r in self.prompt_runs)
+
+    @property
+    def decode_ms_per_token(self) -> float | None:
+        """Modeled mean decode time per token in ms (None when only one token was generated)."""
+        return 1e3 * sum(r.seconds for r in self.decode_runs) / len(self.decode_runs) if self.decode_runs else None
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of host (simulation) time."""
+        return len(self.generated_ids) / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class Appliance:
+    """An appliance image loaded on a device: token ids in, logits and tokens out."""
+
+    def __init__(self, device: Device, image: ApplianceImage):
+        meta = image.meta
+        try:
+            self.max_rows = int(meta["max_rows"])
+            self.max_context = int(meta["max_context"])
+            self.vocab_size = int(meta["model"]["vocab_size"])
+            self._ids_offset = int(meta["host"]["ids_offset"])
+            self._logits = [(int(e["card"]), int(e["offset"]), int(e["vocab"][1]) - int(e["vocab"][0]))
+                            for e in meta["host"]["logits"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ApplianceError(f"the appliance image lacks its host layout ({exc!r} in its meta): "
+                                 "rebuild it with ringgpt.host.compiler") from None
+        self.eos_id = meta.get("eos_token_id")
+        self.device, self.image = device, image
+        device.load(image)
+        self.cards = image.config.cards
+
+    def run(self, pos: int, ids) -> RunStats:
+        """One run: the tokens `ids` at positions pos, pos + 1, ... (at most max_rows of them)."""
+        words = np.asarray(ids, dtype=np.uint16)
+        if not 1 <= words.size <= self.max_rows:
+            raise ApplianceError(f"a run takes 1..{self.max_rows} tokens, got {words.size}")
+        for card in range(self.cards):
+            self.device.write_host(card, self._ids_offset, words)
+        return self.device.run(pos, int(words.size))
+
+    def logits(self) -> np.ndarray:
+        """The last run's logits for its last token (float32, the full vocabulary, in card order)."""
+        parts = [self.device.read_host(card, offset, count) for card, offset, count in self._logits]
+        return np.concatenate(parts).astype(np.float32)
+
+    def prefill(self, prompt_ids, pos: int = 0) -> list:
+        """Processes prompt tokens from position `pos` in runs of up to max_rows; returns their RunStats."""
+        ids = list(prompt_ids)
+        return [self.run(pos + start, ids[start:start + self.max_rows]) for start in range(0, len(ids), self.max_rows)]
+
+    def check_request(self, prompt_ids, cfg: SamplingConfig) -> None:
+        """Raises PromptError / SamplingConfigError for requests this image cannot serve."""
+        if not prompt_ids:
+            raise PromptError("the prompt is empty: give at least one token")
+        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {self.vocab_size})")
+        cfg.validate(self.vocab_size)
+        total = len(prompt_ids) + cfg.max_new_tokens
+        if total > self.max_context:
+            raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
+                              f"the appliance's context of {self.max_context} tokens: shorten the prompt or lower "
+                              "max_new_tokens (or compile with a larger max_context)")
+
+    def generate(self, prompt_ids, sampling_cfg: SamplingConfig,
+                 on_token: Callable[[int], None] | None = None) -> ApplianceResult:
+        """Generates up to max_new_tokens tokens after `prompt_ids` (stopping after EOS if stop_at_eos),
+        calling on_token(id) as each token is chosen."""
+        prompt_ids = [int(t) for t in prompt_ids]
+        self.check_request(prompt_ids, sampling_cfg)
+        sampler = TokenSampler(sampling_cfg)
+        started = time.perf_counter()
+        result = ApplianceResult(prompt_ids, [], np.empty((0, self.vocab_size), np.float32))
+        result.prompt_runs = self.prefill(prompt_ids)
+        rows, pos = [], len(prompt_ids)
+        while True:
+            row = self.logits()
+            token = sampler.next_token(row)
+            rows.append(row)
+            result.generated_ids.append(token)
+            if on_token is not None:
+                on_token(token)
+            if sampling_cfg.stop_at_eos and token == self.eos_id:
+                result.stop_reason = "eos"
+                break
+            if len(result.generated_ids) == sampling_cfg.max_new_tokens:
+                result.stop_reason = "max_new_tokens"
+                break
+            result.decode_runs.append(self.run(pos, [token]))
+            pos += 1
+        result.logits = np.stack(rows)
+        result.wall_s = time.perf_counter() - started
+        return result

@@ -1,0 +1,98 @@
+"""run_generation: text in, text out on the simulated appliance, checked against the PyTorch reference.
+What `ringgpt generate --backend sim` calls."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ringgpt.host.reference.generate import generate as reference_generate
+from ringgpt.host.reference.models import load_model, weights_hash
+from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.host.runtime.appliance import Appliance, ApplianceResult
+from ringgpt.host.runtime.images import cached_image
+from ringgpt.host.tokenizer import load_tokenizer
+from ringgpt.hw.config import get_config
+from ringgpt.sim.functional import SimulatorDevice
+
+
+def relative_rms(values: np.ndarray, reference: np.ndarray) -> float:
+    """sqrt(mean((values - reference)^2)) / sqrt(mean(reference^2))."""
+    values, reference = np.asarray(values, np.float64), np.asarray(reference, np.float64)
+    return float(np.sqrt(np.mean((values - reference) ** 2)) / np.sqrt(np.mean(reference ** 2)))
+
+
+@dataclass
+class ReferenceCheck:
+    """The appliance against the PyTorch FP32 reference with the same sampling config and seed."""
+    reference_ids: list
+    tokens_match: bool
+    first_mismatch: int | None
+    """Index of the first generated token that differs (None when they all match)."""
+    steps_compared: int
+    """Steps whose logits were compared: up to and including the first mismatch (same context before it)."""
+    logits_rel_rms: float
+    """Relative RMS error of the appliance's logits over those steps."""
+    wall_s: float
+
+
+def check_against_reference(model, result: ApplianceResult, sampling: SamplingConfig) -> ReferenceCheck:
+    """Runs the PyTorch reference (`model` as given: FP32 for the reference path) on the same prompt and
+    compares tokens and logits."""
+    started = time.perf_counter()
+    ref = reference_generate(model, result.prompt_ids, sampling, return_logits=True)
+    wall_s = time.perf_counter() - started
+    ours, theirs = result.generated_ids, ref.generated_ids
+    common = min(len(ours), len(theirs))
+    first = next((i for i in range(common) if ours[i] != theirs[i]), None)
+    if first is None and len(ours) != len(theirs):
+        first = common
+    steps = common if first is None else min(first + 1, common)
+    error = relative_rms(result.logits[:steps], ref.logits[:steps])
+    return ReferenceCheck(list(theirs), first is None, first, steps, error, wall_s)
+
+
+@dataclass
+class GenerationReport:
+    """Everything one appliance generation produced and cost."""
+    prompt: str
+    text: str
+    """The generated text (EOS, if generated, included as <|endoftext|>)."""
+    result: ApplianceResult
+    model: str
+    config: str
+    weights_hash: str
+    image_cached: bool
+    compile_s: float
+    """Seconds spent compiling (or loading the cached image)."""
+    reference: ReferenceCheck | None
+
+    @property
+    def generated_ids(self) -> list:
+        return self.result.generated_ids
+
+
+def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280", cards: int = 4,
+                   sampling: SamplingConfig | None = None, on_token: Callable[[int], None] | None = None,
+                   check_reference: bool = True, max_context: int = 1024) -> GenerationReport:
+    """Generates text after `prompt` on the functional simulator of `cards` cards of architecture `config`:
+    loads the model (FP32; the appliance takes it as FP16) and the GPT-2 tokenizer, compiles the model
+    (cached under ~/.cache/ringgpt), generates, calling on_token(id) as each token is chosen, and with
+    check_reference compares tokens and logits with the PyTorch FP32 reference (same sampling and seed)."""
+    sampling = sampling or SamplingConfig()
+    tokenizer = load_tokenizer()
+    prompt_ids = tokenizer.encode(prompt)
+    net = load_model(model, dtype=torch.float32)
+    arch = get_config(config, cards)
+    started = time.perf_counter()
+    image, cached = cached_image(net, arch, min(max_context, net.config.n_positions))
+    compile_s = time.perf_counter() - started
+    appliance = Appliance(SimulatorDevice(arch), image)
+    result = appliance.generate(prompt_ids, sampling, on_token)
+    reference = check_against_reference(net, result, sampling) if check_reference else None
+    return GenerationReport(prompt=prompt, text=tokenizer.decode(result.generated_ids), result=result, model=model,
+                            config=arch.name, weights_hash=weights_hash(net), image_cached=cached,
+                            compile_s=compile_s, reference=reference)

@@ -1,0 +1,297 @@
+"""The compiler: partitioning, memory maps and their capacity checks, the activation-buffer plan, the weight
+stream, and programs that decode, validate and carry their config."""
+import re
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2LMHeadModel
+
+from ringgpt.host.compiler import CapacityError, CompileError, compile_model, partition, split
+from ringgpt.host.compiler.build import CardBuilder, Context, Piece
+from ringgpt.host.compiler.layout import CardShape, choose_abuf_plans
+from ringgpt.host.compiler.model import ModelDims
+from ringgpt.host.errors import RingGPTError
+from ringgpt.host.image import ApplianceImage
+from ringgpt.host.reference.models import load_model, synthetic_config
+from ringgpt.hw.config import get_config
+from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Program, Space, decode
+
+
+def meta_model(spec: str) -> GPT2LMHeadModel:
+    """A GPT-2 of the synthetic spec without weights (layout and programs only)."""
+    with torch.device("meta"):
+        return GPT2LMHeadModel(synthetic_config(spec))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("synthetic:n_layer=2,n_embd=192,n_head=3,vocab_size=300", seed=1)
+
+
+# --- partitioning ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cards", [1, 2, 4])
+@pytest.mark.parametrize("heads", range(3, 26))
+def test_partition_covers_every_dimension_once(heads, cards):
+    d = 64 * heads
+    part = partition(heads, d, 4 * d, 50257, cards, 32)
+    for spans, total in ((part.heads, heads), (part.embd, d), (part.ffn, 4 * d), (part.vocab, 50257)):
+        assert len(spans) == cards
+        assert spans[0][0] == 0 and spans[-1][1] == total
+        assert all(a <= b for a, b in spans)
+        assert all(spans[i][1] == spans[i + 1][0] for i in range(cards - 1))
+    sizes = [b - a for a, b in part.heads]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    for spans in (part.embd, part.vocab):  # whole lane groups except where the dimension ends
+        assert all(a % 32 == 0 for a, _ in spans)
+
+
+def test_partition_of_uneven_head_counts():
+    assert partition(25, 1600, 6400, 50257, 4, 32).heads == ((0, 7), (7, 13), (13, 19), (19, 25))
+    assert partition(3, 192, 768, 50257, 4, 32).heads == ((0, 1), (1, 2), (2, 3), (3, 3))
+    assert partition(3, 192, 768, 50257, 2, 32).heads == ((0, 2), (2, 3))
+
+
+def test_partition_balances_weights_per_card():
+    """The MLP split evens out what an uneven head split leaves: GPT-2 1.5B (25 heads) on 4 cards streams
+    within 1% of the mean per card, against 4.7% over it for an even MLP split."""
+    d, inner = 1600, 6400
+    part = partition(25, d, inner, 50257, 4, 32)
+
+    def words(ffn):
+        return [3 * 64 * (h1 - h0) * d + d * (e1 - e0) + d * (f1 - f0) + inner * (e1 - e0)
+                for (h0, h1), (e0, e1), (f0, f1) in zip(part.heads, part.embd, ffn)]
+    mean = 12 * d * d / 4
+    assert max(words(split(inner, 4, 32))) / mean > 1.04
+    assert max(words(part.ffn)) / mean < 1.01
+
+
+def test_split_gives_empty_pieces_when_short():
+    assert split(2, 4) == ((0, 1), (1, 2), (2, 2), (2, 2))
+    assert split(100, 3, 32) == ((0, 64), (64, 96), (96, 100))
+
+
+# --- HBM memory map ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,config,cards", [("gpt2-124m", "u280", 4), ("gpt2-355m", "u280", 1),
+                                               ("gpt2-1.5b", "u280", 4),
+                                               ("n_layer=2,n_embd=320,n_head=5,vocab_size=1000", "sim-small", 2)])
+def test_hbm_map_is_disjoint_and_within_capacity(spec, config, cards):
+    cfg = get_config(config, cards)
+    model = meta_model(spec)
+    image = compile_model(model, cfg)
+    dims = ModelDims.of(model)
+    for index, (card, regions) in enumerate(zip(image.cards, image.meta["hbm_map"])):
+        spans = sorted((r["start"], r["start"] + r["words"]) for r in regions)
+        assert all(a1 <= b0 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+        assert spans[-1][1] == card.hbm_words <= cfg.hbm_words
+        kv = [r for r in regions if r["kind"] == "kv"]
+        h0, h1 = image.meta["partition"]["heads"][index]
+        assert len(kv) == (dims.n_layer if h1 > h0 else 0)
+        assert all(r["words"] == 1024 * 2 * (h1 - h0) * 64 for r in kv)
+        weights = [r for r in regions if r["kind"] == "weights"]
+        assert {"wte", "wpe", "layernorm", "layer weights"} <= {r["name"] for r in weights}
+        assert card.hbm_segments == []  # a meta model has no weights to place
+    assert image.meta["weights_hash"] is None
+
+
+def test_segments_lie_in_weight_regions_and_hold_transposed_weights(tiny):
+    image = compile_model(tiny, get_config("u280", 2), max_context=64)
+    block = tiny.transformer.h[1]
+    for card, regions in zip(image.cards, image.meta["hbm_map"]):
+        weights = [(r["start"], r["start"] + r["words"]) for r in regions if r["kind"] == "weights"]
+        for address, data in card.hbm_segments:
+            assert any(a <= address and address + data.size <= b for a, b in weights)
+    # Card 1's fc2 slice of layer 1: columns 96.. of c_proj (n_embd=192 split 96/96), stored column-major + bias.
+    ctx_card = _builder(tiny, 2, 1)
+    piece = next(p for p in ctx_card.pieces if p.origin[:2] == (1, 3))
+    segment = dict(image.cards[1].hbm_segments)[ctx_card.stream_start]
+    start = piece.hbm - ctx_card.stream_start
+    data = segment[start:start + piece.words]
+    cols = np.arange(96, 96 + piece.cols)
+    w = block.mlp.c_proj.weight.detach().half().numpy()
+    np.testing.assert_array_equal(data[:piece.cols * piece.k], w[:, cols].T.ravel())
+    np.testing.assert_array_equal(data[piece.cols * piece.k:], block.mlp.c_proj.bias.detach().half().numpy()[cols])
+
+
+def test_q_weights_carry_the_attention_scale(tiny):
+    """1/sqrt(64) = 1/8 is folded into the Q columns (a power of two: exact but where it reaches FP16
+    subnormals); K and V are unscaled."""
+    builder = _builder(tiny, 1, 0)
+    image = compile_model(tiny, get_config("u280", 1), max_context=64)
+    segment = dict(image.cards[0].hbm_segments)[builder.stream_start]
+    w32 = tiny.transformer.h[0].attn.c_attn.weight.detach()
+    w = w32.half().numpy()
+    pieces = [p for p in builder.pieces if p.origin[:2] == (0, 0)]
+    stored = np.concatenate([segment[p.hbm - builder.stream_start:][:p.cols * p.k].reshape(p.cols, p.k)
+                             for p in pieces])
+    d = 192
+    np.testing.assert_array_equal(stored[:2 * d], w[:, d:].T)           # K, V columns first
+    np.testing.assert_array_equal(stored[2 * d:], (w32[:, :d] / 8).half().numpy().T)  # then Q, scaled
+
+
+def _builder(model, cards: int, card: int) -> CardBuilder:
+    cfg = get_config("u280", cards)
+    dims = ModelDims.of(model)
+    part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, cards, cfg.mpu_lanes)
+    shapes = [CardShape(b - a, v1 - v0) for (a, b), (v0, v1) in zip(part.heads, part.vocab)]
+    plans = choose_abuf_plans(cfg.abuf_words, dims.n_embd, dims.n_inner, 64, shapes, 64)
+    ctx = Context(model, cfg, dims, part, 64, plans, 2, cfg.wbuf_words // 2, True, 0, 0)
+    return CardBuilder(ctx, card)
+
+
+def test_capacity_error_names_weights_card_and_bytes_over():
+    cfg = get_config("sim-small", 1)
+    with pytest.raises(CapacityError) as info:
+        compile_model(meta_model("gpt2-1.5b"), cfg)
+    message = str(info.value)
+    assert "weights do not fit card 0's HBM" in message
+    over = int(re.search(r"\(([\d,]+) bytes over\)", message).group(1).replace(",", ""))
+    assert over > 2.5e9 and isinstance(info.value, RingGPTError)
+
+
+def test_capacity_error_names_the_kv_cache():
+    """GPT-2 124M's weights fit one sim-small card (256 MiB), its KV cache for 1024 tokens does not."""
+    cfg = get_config("sim-small", 1)
+    with pytest.raises(CapacityError, match=r"KV cache for max_context=1024 .* card 0's HBM .* bytes over"):
+        compile_model(meta_model("gpt2-124m"), cfg, 1024)
+    compile_model(meta_model("gpt2-124m"), cfg, 128)
+
+
+def test_two_cards_hold_what_one_cannot():
+    compile_model(meta_model("gpt2-124m"), get_config("sim-small", 2), 1024)
+
+
+# --- activation buffer ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,config,cards", [("gpt2-355m", "u280", 1), ("gpt2-1.5b", "u280", 4),
+                                               ("gpt2-124m", "u280", 2),
+                                               ("n_layer=2,n_embd=192,n_head=3", "sim-small", 1)])
+def test_abuf_plan_fits_and_regions_do_not_overlap(spec, config, cards):
+    cfg = get_config(config, cards)
+    image = compile_model(meta_model(spec), cfg)
+    max_rows = image.meta["max_rows"]
+    assert 1 <= max_rows <= image.meta["max_context"]
+    for plan in image.meta["abuf"]:
+        assert plan["max_rows"] == max_rows
+        # Top-level regions are disjoint; QKV and SCORES lie inside BIG (reused within a layer).
+        regions = {k: v for k, v in plan["regions"].items() if k not in ("QKV", "SCORES")}
+        spans = sorted((a, a + n) for a, n in regions.values())
+        assert all(a1 <= b0 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+        assert spans[-1][1] <= cfg.abuf_words
+        big0, big_words = plan["regions"]["BIG"]
+        for name in ("QKV", "SCORES"):
+            start, words = plan["regions"][name]
+            assert big0 <= start and start + words <= big0 + big_words
+
+
+def test_abuf_plan_prefers_large_runs_and_kv_groups():
+    """On the u280 the planner keeps whole-card KV groups and still processes 100+ prompt tokens per run."""
+    image = compile_model(meta_model("gpt2-1.5b"), get_config("u280", 4))
+    assert image.meta["abuf"][0]["kv_group"] == 7 and image.meta["max_rows"] >= 100
+    assert compile_model(meta_model("gpt2-124m"), get_config("u280", 4), max_rows=5).meta["max_rows"] == 5
+
+
+def test_abuf_too_small_for_the_context_is_a_clear_error():
+    model = meta_model("n_layer=1,n_embd=128,n_head=2,n_positions=2048,vocab_size=100")
+    with pytest.raises(CapacityError, match=r"activation buffer .* max_context=2048"):
+        compile_model(model, get_config("sim-small", 1), 2048)
+
+
+# --- weight stream --------------------------------------------------------------------------------
+
+def test_pieces_fit_slots_and_cover_each_slice_once():
+    builder = _builder(meta_model("gpt2-124m"), 2, 0)
+    slot = get_config("u280").wbuf_words // 2
+    assert all(isinstance(p, Piece) and p.words <= slot for p in builder.pieces)
+    covered: dict = {}
+    for p in builder.pieces:
+        covered.setdefault(p.origin[:2], []).append((p.origin[2], p.cols))
+    for (layer, index), spans in covered.items():
+        expect = len(builder.columns[index]) if layer < 12 else builder.v1 - builder.v0
+        assert sorted(spans)[0][0] == 0 and sum(c for _, c in spans) == expect
+
+
+def test_weight_slot_is_never_overwritten_before_it_is_read():
+    """In program order, a LOAD into a weight-buffer slot comes after every MATMUL that reads the slot's
+    previous contents, and every MATMUL reads what the latest LOAD put there."""
+    image = compile_model(meta_model("gpt2-124m"), get_config("u280", 2))
+    for card in image.cards:
+        content, read = {}, {}
+        for inst in card.program.instructions:
+            if inst.opcode is Opcode.LOAD and inst.dst.space is Space.WBUF:
+                slot = inst.dst.offset
+                assert content.get(slot) is None or read.get(slot), "slot reloaded before it was read"
+                content[slot], read[slot] = inst.src1.offset, False
+            elif inst.opcode is Opcode.MATMUL and inst.src2.space is Space.WBUF:
+                assert inst.src2.offset in content
+                read[inst.src2.offset] = True
+
+
+# --- programs ---------------------------------------------------------------------------------------
+
+def test_programs_decode_validate_and_carry_the_config(tiny, tmp_path):
+    cfg = get_config("u280", 4)
+    image = compile_model(tiny, cfg, max_context=64)
+    for index, card in enumerate(image.cards):
+        program = card.program
+        assert (program.config_name, program.config_hash) == (cfg.name, cfg.hash)
+        assert (program.card, program.cards) == (index, 4)
+        cfg.check_artifact("program", program.config_name, program.config_hash)
+        assert program.instructions[-1].opcode is Opcode.HALT
+        for inst in program.instructions:
+            assert isinstance(inst, Instruction) and decode(inst.encode()) == inst
+        registers = {inst.rd for inst in program.instructions if inst.unit.name == "CONTROL"}
+        assert max(registers - {0}) < NUM_REGS
+        assert Program.from_bytes(program.to_bytes()).instructions == program.instructions
+    counts = [sum(i.opcode is Opcode.ALLGATHER for i in c.program.instructions) for c in image.cards]
+    assert counts == [4 * 2] * 4  # four all-gathers per layer, the same on every card
+    image.save(tmp_path / "image")
+    loaded = ApplianceImage.load(tmp_path / "image")
+    assert loaded.meta == image.meta and loaded.config == cfg
+    for a, b in zip(loaded.cards, image.cards):
+        assert a.program.instructions == b.program.instructions
+        assert [addr for addr, _ in a.hbm_segments] == sorted(addr for addr, _ in b.hbm_segments)
+
+
+def test_one_card_program_has_no_allgather_and_idle_cards_join_them(tiny):
+    one = compile_model(tiny, get_config("u280", 1), max_context=64)
+    assert not any(i.opcode is Opcode.ALLGATHER for i in one.cards[0].program.instructions)
+    four = compile_model(load_model("synthetic:n_layer=1,n_embd=192,n_head=3,vocab_size=300"),
+                         get_config("u280", 4), max_context=64)
+    idle = four.cards[3].program.instructions  # 3 heads on 4 cards: card 3 has no attention work
+    assert not any(i.opcode is Opcode.MASKED_QK for i in idle)
+    assert sum(i.opcode is Opcode.ALLGATHER for i in idle) == 4
+
+
+def test_image_meta_records_the_host_layout_and_model(tiny):
+    image = compile_model(tiny, get_config("u280", 2), max_context=64)
+    meta = image.meta
+    assert meta["model"]["n_head"] == 3 and meta["max_context"] == 64
+    assert meta["weights_hash"] and meta["eos_token_id"] == tiny.config.eos_token_id
+    logits = meta["host"]["logits"]
+    assert [e["vocab"] for e in logits] == [[0, 160], [160, 300]]
+    for card, entry in zip(image.cards, logits):
+        assert entry["offset"] >= meta["max_rows"] + meta["host"]["ids_offset"]
+        assert card.host_words == entry["offset"] + entry["vocab"][1] - entry["vocab"][0]
+
+
+@pytest.mark.parametrize("kwargs,match", [({"max_context": 2048}, "max_context=2048 must be in 1..1024"),
+                                          ({"max_context": 0}, "max_context=0"),
+                                          ({"wbuf_slots": 1}, "wbuf_slots=1"),
+                                          ({"max_rows": 0}, "max_rows=0")])
+def test_bad_options_are_clear_errors(tiny, kwargs, match):
+    with pytest.raises(CompileError, match=match):
+        compile_model(tiny, get_config("u280", 1), **kwargs)
+
+
+def test_unsupported_gpt2_variants_are_rejected():
+    model = meta_model("n_layer=1,n_embd=128,n_head=2,vocab_size=100")
+    model.config.activation_function = "relu"
+    with pytest.raises(CompileError, match="activation 'relu' is not supported"):
+        compile_model(model, get_config("u280", 1), 64)
+    model.config.activation_function = "gelu_new"
+    model.config.scale_attn_by_inverse_layer_idx = True
+    with pytest.raises(CompileError, match="attention scaling"):
+        compile_model(model, get_config("u280", 1), 64)
