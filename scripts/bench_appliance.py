@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Modeled U280 appliance figures beside DFX's published ones, and the functional simulator's speed.
+
+    python scripts/bench_appliance.py --out out/
+
+For GPT-2 345M on 1 card and GPT-2 1.5B on 4 cards (config u280): decode ms/token at several positions,
+time to first token for 32/64/128-token prompts, and the HBM bound (weight bytes / (cards x 460 GB/s))
+with the share of it reached. These are timing-only runs (SimulatorDevice(compute=False): the cycle model
+over the compiled programs, no arithmetic); the programs do not depend on weight values, so they are
+compiled from the models' architecture alone. Simulation speed: the bit-exact functional simulator
+generating with GPT-2 124M (synthetic weights) on 4 cards. Writes bench_appliance.json and
+bench_appliance.png to --out and prints a table.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import click
+import matplotlib
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from transformers import GPT2LMHeadModel
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ringgpt.host.compiler import compile_model  # noqa: E402
+from ringgpt.host.reference.models import load_model, synthetic_config  # noqa: E402
+from ringgpt.host.reference.sampling import SamplingConfig  # noqa: E402
+from ringgpt.host.runtime import Appliance  # noqa: E402
+from ringgpt.hw.config import get_config  # noqa: E402
+from ringgpt.sim.functional import SimulatorDevice  # noqa: E402
+
+CASES = [
+    {"model": "gpt2-355m", "label": "GPT-2 345M, 1 card", "cards": 1,
+     "dfx": {"decode_ms": 5.4, "ttft_ms": {32: 177, 64: 349, 128: 693}}},
+    {"model": "gpt2-1.5b", "label": "GPT-2 1.5B, 4 cards", "cards": 4,
+     "dfx": {"decode_ms": 6.9, "ttft_ms": {32: 227, 64: 447, 128: 887}}},
+]
+DECODE_POSITIONS = (32, 128, 512)
+PROMPT_LENGTHS = (32, 64, 128)
+TOKEN = 464
+"""The id fed at every position in timing runs ("The"; values do not affect timing)."""
+
+
+def architecture_only(size: str) -> GPT2LMHeadModel:
+    with torch.device("meta"):
+        return GPT2LMHeadModel(synthetic_config(size))
+
+
+def modeled_case(case: dict, max_context: int) -> dict:
+    """Decode and time-to-first-token figures of one model/card count from timing-only runs."""
+    model = architecture_only(case["model"])
+    weight_bytes = 2 * sum(p.numel() for p in model.parameters())
+    config = get_config("u280", case["cards"])
+    image = compile_model(model, config, max_context)
+    appliance = Appliance(SimulatorDevice(config, compute=False), image)
+    bound_ms = weight_bytes / (case["cards"] * config.hbm_peak_gbps * 1e9) * 1e3
+    decode = {}
+    for pos in DECODE_POSITIONS:
+        stats = appliance.run(pos, [TOKEN])
+        ms = stats.seconds * 1e3
+        decode[pos] = {"ms": ms, "bound_pct": 100 * bound_ms / ms,
+                       "hbm_gbps_per_card": stats.hbm_bytes / case["cards"] / stats.seconds / 1e9,
+                       "breakdown_cycles": stats.breakdown}
+    ttft = {}
+    for length in PROMPT_LENGTHS:
+        runs = appliance.prefill([TOKEN] * length)
+        ttft[length] = {"ms": 1e3 * sum(r.seconds for r in runs), "runs": len(runs)}
+    dfx = case["dfx"]
+    return {"label": case["label"], "model": case["model"], "cards": case["cards"], "config": config.name,
+            "weight_bytes": weight_bytes, "hbm_bound_ms": bound_ms, "max_rows": image.meta["max_rows"],
+            "kv_group": image.meta["abuf"][0]["kv_group"], "decode": decode, "ttft": ttft,
+            "dfx": {"decode_ms": dfx["decode_ms"], "ttft_ms": dfx["ttft_ms"]},
+            "decode_speedup_vs_dfx": {p: dfx["decode_ms"] / d["ms"] for p, d in decode.items()},
+            "ttft_speedup_vs_dfx": {n: dfx["ttft_ms"][n] / t["ms"] for n, t in ttft.items()}}
+
+
+def simulation_speed(tokens: int) -> dict:
+    """Tokens per second of the bit-exact functional simulator: GPT-2 124M (synthetic weights) on 4 cards."""
+    model = load_model("synthetic:gpt2-124m", dtype=torch.float32)
+    config = get_config("u280", 4)
+    started = time.perf_counter()
+    image = compile_model(model, config, 256)
+    compile_s = time.perf_counter() - started
+    appliance = Appliance(SimulatorDevice(config), image)
+    result = appliance.generate(list(range(1000, 1016)), SamplingConfig(max_new_tokens=tokens, stop_at_eos=False))
+    decode_wall = sum(r.wall_seconds for r in result.decode_runs)
+    return {"model": "synthetic:gpt2-124m", "config": config.name, "compile_s": compile_s,
+            "prompt_tokens": 16, "generated_tokens": len(result.generated_ids), "wall_s": result.wall_s,
+            "tokens_per_s": result.tokens_per_s,
+            "decode_tokens_per_s": len(result.decode_runs) / decode_wall if decode_wall else None}
+
+
+def table(results: list, sim: dict | None) -> Table:
+    t = Table(title="ringgpt appliance (modeled, u280 at 250 MHz) vs DFX (published)")
+    for column in ("case", "metric", "ringgpt", "DFX", "DFX / ringgpt", "HBM bound", "% of bound"):
+        t.add_column(column, justify="left" if column in ("case", "metric") else "right")
+    for r in results:
+        for pos, d in r["decode"].items():
+            t.add_row(r["label"], f"decode at pos {pos}", f"{d['ms']:.3f} ms/token", f"{r['dfx']['decode_ms']} ms",
+                      f"{r['decode_speedup_vs_dfx'][pos]:.2f}x", f"{r['hbm_bound_ms']:.3f} ms",
+                      f"{d['bound_pct']:.1f}%")
+        for n, tt in r["ttft"].items():
+            t.add_row(r["label"], f"first token, {n}-token prompt", f"{tt['ms']:.1f} ms",
+                      f"{r['dfx']['ttft_ms'][n]} ms", f"{r['ttft_speedup_vs_dfx'][n]:.2f}x", "", "")
+    if sim:
+        t.add_row("GPT-2 124M, 4 cards", "functional simulation", f"{sim['tokens_per_s']:.2f} tokens/s (wall)",
+                  "", "", "", "")
+    return t
+
+
+def plot(results: list, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.25
+    ax = axes[0]
+    labels = [r["label"] for r in results]
+    x = np.arange(len(results))
+    ours = [r["decode"][DECODE_POSITIONS[0]]["ms"] for r in results]
+    ax.bar(x - width, [r["dfx"]["decode_ms"] for r in results], width, label="DFX (published)", color="#999999")
+    ax.bar(x, ours, width, label=f"ringgpt (modeled, pos {DECODE_POSITIONS[0]})", color="#1f77b4")
+    ax.bar(x + width, [r["hbm_bound_ms"] for r in results], width, label="HBM bound", color="#2ca02c")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("ms per token")
+    ax.set_title("Decode latency")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for r, color in zip(results, ("#1f77b4", "#d62728")):
+        n = list(r["ttft"])
+        ax.plot(n, [r["ttft"][k]["ms"] for k in n], "o-", color=color, label=f"ringgpt {r['label']}")
+        ax.plot(n, [r["dfx"]["ttft_ms"][k] for k in n], "s--", color=color, alpha=0.5, label=f"DFX {r['label']}")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("ms to first token")
+    ax.set_title("Time to first token")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False), default="out", show_default=True)
+@click.option("--sim-tokens", type=int, default=8, show_default=True,
+              help="tokens the functional-simulation speed run generates (0 skips it)")
+@click.option("--max-context", type=int, default=1024, show_default=True)
+def main(out: str, sim_tokens: int, max_context: int) -> None:
+    """Benchmark the modeled appliance against DFX and measure simulation speed."""
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = [modeled_case(case, max_context) for case in CASES]
+    sim = simulation_speed(sim_tokens) if sim_tokens else None
+    report = {"host": platform.node(), "python": platform.python_version(), "max_context": max_context,
+              "cases": results, "simulation": sim}
+    (out_dir / "bench_appliance.json").write_text(json.dumps(report, indent=1))
+    plot(results, out_dir / "bench_appliance.png")
+    Console(width=140).print(table(results, sim))
+    print(f"wrote {out_dir / 'bench_appliance.json'} and {out_dir / 'bench_appliance.png'}")
+
+
+if __name__ == "__main__":
+    main()
