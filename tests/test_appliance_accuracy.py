@@ -60,16 +60,18 @@ def test_bundled_model_greedy_tokens_match_the_reference_exactly():
         assert check.logits_rel_rms <= LOGITS_BOUND, f"prompt {prompt!r}: logits error {check.logits_rel_rms:.2e}"
 
 
-def _synthetic_case(heads: int, layers: int, cards_list=(1, 2, 4), vocab: int = 512, steps: int = 4):
-    """Per-step logits of a synthetic GPT-2 (n_embd = 64 x heads) on each card count, teacher-forced on the
-    reference's greedy tokens: within LOGITS_BOUND of the reference, and bit-identical across card counts."""
+def _synthetic_case(heads: int, layers: int, cards_list=(1, 2, 4), vocab: int = 512, steps: int = 4,
+                    arch: str = "u280"):
+    """Per-step logits of a synthetic GPT-2 (n_embd = 64 x heads) on each card count of architecture `arch`,
+    teacher-forced on the reference's greedy tokens: within LOGITS_BOUND of the reference, and bit-identical
+    across card counts."""
     model = load_model(f"synthetic:n_layer={layers},n_embd={64 * heads},n_head={heads},vocab_size={vocab}",
                        seed=heads)
     prompt = [int(t) for t in np.random.default_rng(heads).integers(0, vocab, 9)]
     ref = reference_generate(model, prompt, SamplingConfig(max_new_tokens=steps + 1, stop_at_eos=False))
     results = {}
     for cards in cards_list:
-        config = get_config("u280", cards)
+        config = get_config(arch, cards)
         appliance = Appliance(SimulatorDevice(config), compile_model(model, config, max_context=32, max_rows=5))
         results[cards] = teacher_forced_logits(appliance, prompt, ref.generated_ids[:steps])
         error = relative_rms(results[cards], ref.logits)
@@ -82,6 +84,11 @@ def _synthetic_case(heads: int, layers: int, cards_list=(1, 2, 4), vocab: int = 
 @pytest.mark.parametrize("heads,layers", [(3, 2), (4, 1), (7, 1), (12, 1), (25, 1)])
 def test_synthetic_models_within_bound_and_identical_across_cards(heads, layers):
     _synthetic_case(heads, layers)
+
+
+def test_sim_small_architecture_within_bound_and_identical_across_cards():
+    """The RTL-sized preset (8-wide trees, small buffers): other rounding order, same guarantees."""
+    _synthetic_case(5, 2, arch="sim-small")
 
 
 @pytest.mark.slow

@@ -79,9 +79,12 @@ def test_eos_stops_generation(model):
                                           ).generated_ids == free
 
 
-def test_context_limit_and_bad_prompts_are_clear_errors(image):
+def test_context_limit_and_bad_prompts_are_clear_errors(model, image):
     app = appliance(image)
-    app.check_request(PROMPT, SamplingConfig(max_new_tokens=22))  # 10 + 22 = 32 fits exactly
+    full = SamplingConfig(max_new_tokens=22, stop_at_eos=False)  # 10 + 22 = 32 fits exactly
+    result = app.generate(PROMPT, full)
+    assert len(result.generated_ids) == 22 and result.decode_runs
+    assert check_against_reference(model, result, full).logits_rel_rms < 1e-2
     with pytest.raises(PromptError, match="10 tokens \\+ 23 new tokens = 33 exceeds the appliance's context of 32"):
         app.generate(PROMPT, SamplingConfig(max_new_tokens=23))
     with pytest.raises(PromptError, match="empty"):

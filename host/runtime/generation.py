@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ringgpt.host.reference.generate import generate as reference_generate
-from ringgpt.host.reference.models import load_model, weights_hash
+from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime.appliance import Appliance, ApplianceResult
 from ringgpt.host.runtime.images import cached_image
@@ -94,5 +94,5 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
     result = appliance.generate(prompt_ids, sampling, on_token)
     reference = check_against_reference(net, result, sampling) if check_reference else None
     return GenerationReport(prompt=prompt, text=tokenizer.decode(result.generated_ids), result=result, model=model,
-                            config=arch.name, weights_hash=weights_hash(net), image_cached=cached,
+                            config=arch.name, weights_hash=image.meta["weights_hash"], image_cached=cached,
                             compile_s=compile_s, reference=reference)
