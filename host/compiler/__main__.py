@@ -36,7 +36,8 @@ def summary_tables(image: ApplianceImage) -> list:
         weights = sum(r["words"] for r in regions if r["kind"] == "weights") * 2
         kv = sum(r["words"] for r in regions if r["kind"] == "kv") * 2
         h0, h1 = part["heads"][index]
-        cards.add_row(str(index), f"{h0}..{h1 - 1}" if h1 > h0 else "-", f"{len(card.program.instructions):,}",
+        heads = "-" if h1 == h0 else str(h0) if h1 == h0 + 1 else f"{h0}..{h1 - 1}"
+        cards.add_row(str(index), heads, f"{len(card.program.instructions):,}",
                       *(f"{by_unit[u]:,}" for u in units), f"{weights / MB:,.1f}", f"{kv / MB:,.1f}",
                       f"{100 * card.hbm_words / cfg.hbm_words:.1f}%")
     hbm = Table(title="HBM map of card 0 (word addresses)")
@@ -63,7 +64,7 @@ def summary_tables(image: ApplianceImage) -> list:
 @click.option("--out", type=click.Path(file_okay=False), required=True, help="image directory to write")
 def main(model: str, config_name: str, cards: int, max_context: int, wbuf_slots: int, out: str) -> None:
     """Compile a GPT-2 model into an appliance image."""
-    console = Console()
+    console = Console(width=120)
     try:
         config = get_config(config_name, cards)
         image = compile_model(load_model(model, dtype=torch.float16), config, max_context, wbuf_slots=wbuf_slots)
