@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from tokenizers import ByteLevelBPETokenizer
 from transformers import GPT2LMHeadModel
+
+from ringgpt.host.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "host" / "data" / "models" / "bundled"
-BPE = ROOT / "host" / "data" / "gpt2-bpe"
 
 # Not from the standard library: a held-out snippet in its style.
 SNIPPET = '''def read_config(path, default=None):
@@ -38,7 +38,7 @@ PROMPTS = ["import os\nimport sys\n", "def __init__(self", "    return self.", "
 
 @pytest.fixture(scope="module")
 def tok():
-    return ByteLevelBPETokenizer(str(BPE / "encoder.json"), str(BPE / "vocab.bpe"))
+    return load_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -80,20 +80,20 @@ def test_next_token_distribution_is_peaked(model, tok):
     top = []
     with torch.no_grad():
         for prompt in PROMPTS:
-            probs = model(torch.tensor([tok.encode(prompt).ids])).logits[0, -1].softmax(-1)
+            probs = model(torch.tensor([tok.encode(prompt)])).logits[0, -1].softmax(-1)
             top.append(probs.max().item())
     assert sum(top) / len(top) > 0.2  # uniform would be 1/50257
 
 
 def test_held_out_snippet_loss_is_low(model, tok):
-    ids = torch.tensor([tok.encode(SNIPPET).ids])
+    ids = torch.tensor([tok.encode(SNIPPET)])
     with torch.no_grad():
         loss = model(ids, labels=ids).loss.item()
     assert loss < 5 < math.log(50257)
 
 
 def test_greedy_continuation_is_deterministic(model, tok):
-    ids = torch.tensor([tok.encode("import ").ids])
+    ids = torch.tensor([tok.encode("import ")])
 
     def greedy():
         return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
