@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
                         bos_token_id=EOT, eos_token_id=EOT)
     model = GPT2LMHeadModel(config)
     model.train()
-    decay = [q for n, q in model.named_parameters() if q.dim() >= 2]
-    no_decay = [q for n, q in model.named_parameters() if q.dim() < 2]
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     vwin = val_windows(val, args.ctx, args.val_windows)
