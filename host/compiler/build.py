@@ -17,7 +17,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
 
 COMPILER_VERSION = 1
-"""Bumped whenever the programs or the layout change (part of the image cache key)."""
+"""Recorded in the image meta; bumped when the image layout changes incompatibly."""
 DEFAULT_WBUF_SLOTS = 2
 """Weight-buffer slots the stream rotates through: the DMA fills one while the matrix unit reads the other."""
 
@@ -198,6 +198,7 @@ class CardBuilder:
         a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=d,
           src1_stride=d)
         self._load_ln_params(0)
+        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d)
         self.stream.fill()
         self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
         self.area_counter = 0
@@ -227,7 +228,6 @@ class CardBuilder:
             self._allgather(plan["T"], d, self.e0, self.e1)
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
         # The last token only: final LayerNorm, this card's slice of the LM head, logits to the host.
-        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d)
         self._layernorm(plan["X"], LAST_ROW, plan["LNF"], 1, plan["LNFP"], plan["SF"])
         vocab = self.v1 - self.v0
         self._linear((dims.n_layer, 0), plan["LNF"], d, plan["LOGITS"], vocab, rows=1)
