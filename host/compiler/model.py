@@ -36,7 +36,8 @@ class ModelDims:
         """The dimensions of a GPT2LMHeadModel; raises CompileError for GPT-2 variants the appliance lacks."""
         c = model.config
         if getattr(c, "model_type", None) != "gpt2":
-            raise CompileError(f"model_type {getattr(c, 'model_type', None)!r} is not 'gpt2': the compiler builds GPT-2 only")
+            raise CompileError(f"model_type {getattr(c, 'model_type', None)!r} is not 'gpt2': "
+                               "the compiler builds GPT-2 only")
         if c.activation_function not in SUPPORTED_ACTIVATIONS:
             raise CompileError(f"activation {c.activation_function!r} is not supported: the appliance computes "
                                f"GELU with the tanh approximation ({' / '.join(SUPPORTED_ACTIVATIONS)})")

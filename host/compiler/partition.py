@@ -4,8 +4,9 @@ Attention is split by heads, the fully-connected layers (QKV excepted: it follow
 LM head by output columns. Counts need not divide: 25 heads on 4 cards are 7, 6, 6, 6; 3 heads on
 4 cards leave one card without attention work. Column splits are made in whole groups of
 `align` columns (the matrix unit's lanes) where possible; the first MLP layer's split evens out
-the weight bytes per card that an uneven head split leaves (decode streams every card's weights). Every output element is produced by one
-card with the full reduction, so the logits do not depend on the card count.
+the weight bytes per card that an uneven head split leaves (decode streams every card's weights).
+Every output element is produced by one card with the full reduction, so the logits do not depend
+on the card count.
 """
 from __future__ import annotations
 
