@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from ringgpt.host.errors import RingGPTError
 from ringgpt.host.reference.generate import GenerationResult, generate
@@ -17,7 +18,7 @@ from ringgpt.host.reference.models import DTYPES, load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.tokenizer import TextStream, load_tokenizer
 
-DEFAULT_PROMPT = "Once upon a time,"
+DEFAULT_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 EXIT_USER_ERROR = 2
 
 
@@ -37,9 +38,9 @@ Backend = Callable[[Request, Callable[[int], None], Console], GenerationResult]
 
 def reference_backend(request: Request, on_token: Callable[[int], None], status: Console) -> GenerationResult:
     """The PyTorch reference path (transformers' GPT-2 with a KV cache)."""
-    with status.status(f"loading {request.model} ({request.dtype}, {request.device})"):
+    with status.status(Text(f"loading {request.model} ({request.dtype}, {request.device})")):
         model = load_model(request.model, dtype=DTYPES[request.dtype], device=request.device)
-    status.print(f"[dim]reference backend: {request.model} on {model.device}, {request.dtype}[/dim]")
+    status.print(Text(f"reference backend: {request.model} on {model.device}, {request.dtype}", style="dim"))
     return generate(model, request.prompt_ids, request.sampling, return_logits=False, on_token=on_token)
 
 
@@ -100,4 +101,5 @@ def generate_command(prompt: str, model: str, backend: str, max_new_tokens: int,
     click.echo(stream.flush())
     t = result.timings
     per_token = "n/a (one token)" if t.decode_ms_per_token is None else f"{t.decode_ms_per_token:.1f} ms/token"
-    status.print(f"{len(result.generated_ids)} tokens; time to first token {1e3 * t.ttft_s:.1f} ms; decode {per_token}")
+    status.print(Text(f"{len(result.generated_ids)} tokens; time to first token {1e3 * t.ttft_s:.1f} ms; "
+                      f"decode {per_token}"))

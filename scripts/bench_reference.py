@@ -38,11 +38,16 @@ def _lengths(text: str) -> list[tuple[int, int]]:
 @click.option("--device", default="auto", show_default=True, help="cpu | cuda | cuda:N | auto")
 @click.option("--repeats", type=int, default=3, show_default=True, help="timed runs per cell (medians reported)")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs per cell")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch CPU threads (default: torch's choice); 1 avoids OpenMP stalls on a shared machine")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("out/bench_reference.json"),
               show_default=True)
-def main(sizes: str, lengths: str, dtype: str, device: str, repeats: int, warmup: int, out_path: Path) -> None:
+def main(sizes: str, lengths: str, dtype: str, device: str, repeats: int, warmup: int, threads: int | None,
+         out_path: Path) -> None:
     """Measure, print a table and save the medians as JSON."""
     console = Console()
+    if threads is not None:
+        torch.set_num_threads(threads)
     pairs = _lengths(lengths)
     try:
         names = sizes.split(",")
@@ -73,8 +78,7 @@ def main(sizes: str, lengths: str, dtype: str, device: str, repeats: int, warmup
 
 
 def _print_table(console: Console, report: dict, variants: list[str]) -> None:
-    table = Table(title=f"reference path, {report['dtype']}, {report['device']} (torch {report['torch']}), "
-                        f"medians of {report['repeats']}")
+    table = Table(title=f"reference path, {report['dtype']}, {report['device']}, {report['torch_threads']} thread(s)")
     for column in ("size", "prompt:output"):
         table.add_column(column)
     for variant in variants:

@@ -20,13 +20,21 @@ def bench():
     return module.main
 
 
-def test_one_cell_on_cpu(bench, tmp_path):
+@pytest.fixture
+def keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_one_cell_on_cpu(bench, tmp_path, keep_threads):
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(bench, ["--sizes", "gpt2-124m", "--lengths", "4:3", "--repeats", "1", "--warmup", "0",
-                                        "--device", "cpu", "--out", str(out)])
+                                        "--device", "cpu", "--threads", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert report["device"] == device_name(torch.device("cpu")) and report["dtype"] == "fp32"
+    assert report["device"] == device_name(torch.device("cpu"))
+    assert (report["dtype"], report["torch_threads"]) == ("fp32", 1)
     [cell] = report["cells"]
     assert (cell["size"], cell["variant"], cell["prompt_len"], cell["new_tokens"]) == ("gpt2-124m", DYNAMIC, 4, 3)
     assert f"{STATIC_COMPILED} skipped" in result.output
