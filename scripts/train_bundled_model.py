@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import shutil
 import sys
 import sysconfig
@@ -29,7 +30,7 @@ DEFAULT_OUT = ROOT / "host" / "data" / "models" / "bundled"
 EOT = 50256                      # <|endoftext|>, separates files in the token stream
 EXCLUDED_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 VAL_EVERY = 50                   # every 50th file (sorted order) is held out for validation
-SAMPLE_PROMPTS = ["def fibonacci(n):", "import os\n"]
+SAMPLE_PROMPTS = ["def fibonacci(n):\n", "import os\n"]
 SAMPLE_TOKENS = 32
 
 
@@ -48,15 +49,25 @@ def corpus_files() -> tuple[Path, list[Path]]:
     return stdlib, files
 
 
+LEADING_INDENT = re.compile(r"^(?:    )+", re.MULTILINE)
+
+
+def tabify(text: str) -> str:
+    """Leading indentation as one tab per 4 spaces: GPT-2's BPE spends a token on every space of
+    indentation, which a small model otherwise learns to repeat instead of code."""
+    return LEADING_INDENT.sub(lambda m: "\t" * (len(m.group()) // 4), text)
+
+
 def tokenize_corpus(tok: ByteLevelBPETokenizer, cache_dir: Path) -> dict:
-    """Train/val token arrays (uint16, files joined by EOT), cached under cache_dir by content hash."""
+    """Train/val token arrays (uint16, files joined by EOT, indentation as tabs), cached under
+    cache_dir by content hash."""
     stdlib, files = corpus_files()
-    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    texts = [tabify(f.read_text(encoding="utf-8", errors="replace")) for f in files]
     digest = hashlib.sha256()
     for f, t in zip(files, texts):
         digest.update(str(f.relative_to(stdlib)).encode() + b"\0" + t.encode() + b"\0")
     key = digest.hexdigest()[:16]
-    cache = cache_dir / f"ringgpt-stdlib-tokens-{key}.npz"
+    cache = cache_dir / f"ringgpt-stdlib-tabs-tokens-{key}.npz"
     if cache.exists():
         data = np.load(cache)
         train, val = data["train"], data["val"]

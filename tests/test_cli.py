@@ -1,5 +1,6 @@
-"""`ringgpt generate` through click's CliRunner on a synthetic model: streamed text equals the reference tokens,
-status lines on stderr, bad input exits 2 with one line and no traceback."""
+"""`ringgpt generate` through click's CliRunner on a synthetic model: streamed text equals the reference tokens
+(reference backend) and the appliance's tokens (sim backend, the default), status lines on stderr, bad input
+exits 2 with one line and no traceback."""
 import sys
 
 import pytest
@@ -13,7 +14,7 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.tokenizer import load_tokenizer
 
-RUN = ["generate", "--model", TINY, "--device", "cpu", "--max-new-tokens", "6"]
+RUN = ["generate", "--backend", "reference", "--model", TINY, "--device", "cpu", "--max-new-tokens", "6"]
 
 
 def invoke(*args):
@@ -58,7 +59,7 @@ def test_streams_each_token_as_it_comes(monkeypatch):
             on_token(i)
             sys.stdout.flush()
             written.append(sys.stdout.buffer.getvalue().decode())
-        return generate(load_model(TINY), request.prompt_ids, request.sampling, return_logits=False)
+        return ["done"]
     monkeypatch.setitem(cli.BACKENDS, "reference", backend)
     result = invoke("P:")
     assert result.exit_code == 0, result.output
@@ -87,3 +88,34 @@ def test_bad_input_exits_2_with_one_line(args, phrase):
 def test_cuda_without_gpu_exits_2():
     result = invoke("--device", "cuda")
     assert result.exit_code == 2 and "no CUDA GPU" in result.stderr
+
+
+@pytest.fixture
+def image_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RINGGPT_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_sim_backend_is_the_default_and_matches_the_reference(image_cache):
+    """The appliance (2 simulated u280 cards) streams the same greedy tokens as the PyTorch reference and
+    reports the modeled times and the check."""
+    args = ["generate", "--model", TINY, "--max-new-tokens", "5", "--cards", "2", "Hello world"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected_text("Hello world", SamplingConfig(max_new_tokens=5))
+    assert "5 tokens on u280-x2" in result.stderr and "tokens/s" in result.stderr
+    assert "modeled u280-x2: time to first token" in result.stderr and "ms/token" in result.stderr
+    assert "PyTorch FP32 reference: tokens match" in result.stderr
+    again = CliRunner().invoke(cli.main, args + ["--no-check-reference"])
+    assert again.exit_code == 0 and again.stdout == result.stdout
+    assert "image cached" in again.stderr and "PyTorch FP32 reference" not in again.stderr
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--config", "v100"], "unknown architecture config 'v100'"),
+    (["--cards", "5"], "5 is not in the range 1<=x<=4"),
+])
+def test_sim_backend_bad_input(args, phrase, image_cache):
+    result = CliRunner().invoke(cli.main, ["generate", "--model", TINY, "--max-new-tokens", "2", *args])
+    assert result.exit_code == 2 and phrase in result.stderr
+    assert "Traceback" not in result.output
