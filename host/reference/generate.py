@@ -40,20 +40,27 @@ class GenerationResult:
     hidden_states: dict[int, np.ndarray] = field(default_factory=dict)
 
 
+def validate_prompt(prompt_ids: list[int], cfg: SamplingConfig, *, vocab_size: int, context: int,
+                    context_name: str = "the model's context", hint: str = "") -> None:
+    """Raises PromptError / SamplingConfigError unless `prompt_ids` plus cfg.max_new_tokens new tokens fit a
+    model of `vocab_size` tokens and `context` positions (shared by the reference path and the appliance)."""
+    if not prompt_ids:
+        raise PromptError("the prompt is empty: give at least one token")
+    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {vocab_size})")
+    cfg.validate(vocab_size)
+    total = len(prompt_ids) + cfg.max_new_tokens
+    if total > context:
+        raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
+                          f"{context_name} of {context} positions: shorten the prompt or lower max_new_tokens{hint}")
+
+
 def check_request(model: GPT2LMHeadModel, prompt_ids: list[int], cfg: SamplingConfig,
                   hidden_layers: tuple[int, ...] = ()) -> None:
     """Raises PromptError / SamplingConfigError / RequestError when the model cannot serve this request."""
     c = model.config
-    if not prompt_ids:
-        raise PromptError("the prompt is empty: give at least one token")
-    bad = [t for t in prompt_ids if not 0 <= t < c.vocab_size]
-    if bad:
-        raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {c.vocab_size})")
-    cfg.validate(c.vocab_size)
-    total = len(prompt_ids) + cfg.max_new_tokens
-    if total > c.n_positions:
-        raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
-                          f"the model's context of {c.n_positions} positions: shorten the prompt or lower max_new_tokens")
+    validate_prompt(prompt_ids, cfg, vocab_size=c.vocab_size, context=c.n_positions)
     bad = [layer for layer in hidden_layers if not 0 <= layer < c.n_layer]
     if bad:
         raise RequestError(f"hidden layers {bad} do not exist: the model has layers 0..{c.n_layer - 1}")

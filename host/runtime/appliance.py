@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringgpt.host.device import Device, RunStats
-from ringgpt.host.errors import PromptError, RingGPTError
+from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
+from ringgpt.host.reference.generate import validate_prompt
 from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler
 
 
@@ -95,17 +96,8 @@ class Appliance:
 
     def check_request(self, prompt_ids, cfg: SamplingConfig) -> None:
         """Raises PromptError / SamplingConfigError for requests this image cannot serve."""
-        if not prompt_ids:
-            raise PromptError("the prompt is empty: give at least one token")
-        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {self.vocab_size})")
-        cfg.validate(self.vocab_size)
-        total = len(prompt_ids) + cfg.max_new_tokens
-        if total > self.max_context:
-            raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
-                              f"the appliance's context of {self.max_context} tokens: shorten the prompt or lower "
-                              "max_new_tokens (or compile with a larger max_context)")
+        validate_prompt(prompt_ids, cfg, vocab_size=self.vocab_size, context=self.max_context,
+                        context_name="the appliance's context", hint=" (or compile with a larger max_context)")
 
     def generate(self, prompt_ids, sampling_cfg: SamplingConfig,
                  on_token: Callable[[int], None] | None = None) -> ApplianceResult:
