@@ -2,9 +2,10 @@
 import pytest
 
 from ringgpt.hw.arith.mac_tree import MacTree
+from ringgpt.hw.config import get_config
 from ringgpt.sim.cocotb_support.runner import Design
 
-WIDTH = 8
+WIDTH = get_config("sim-small").mac_width
 ROWS = {"verilator": 20_000, "icarus": 3_000}
 
 

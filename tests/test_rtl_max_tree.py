@@ -2,9 +2,10 @@
 import pytest
 
 from ringgpt.hw.arith.max_tree import MaxTree
+from ringgpt.hw.config import get_config
 from ringgpt.sim.cocotb_support.runner import Design
 
-WIDTH = 8
+WIDTH = get_config("sim-small").vector_width
 ROWS = {"verilator": 40_000, "icarus": 6_000}
 
 

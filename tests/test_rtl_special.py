@@ -3,6 +3,7 @@ exhaustively over all 65,536 FP16 inputs."""
 import pytest
 
 from ringgpt.hw import numerics as nx
+from ringgpt.hw.arith.accuracy import special_accuracy
 from ringgpt.hw.arith.special import SpecialFunction
 from ringgpt.sim.cocotb_support.runner import Design
 
@@ -18,6 +19,12 @@ def test_tables_come_from_numerics():
     assert unit.core.base_init == nx.fp32_bits(base).tolist()
     assert unit.core.slope_init == nx.fp32_bits(slope).tolist()
     assert len(unit.core.base_init) == nx.LUT_SEGMENTS
+
+
+@pytest.mark.parametrize("name, lo, hi", [("recip", 1e-4, 1e4), ("rsqrt", 1e-4, 1e4), ("exp", -1.0, 1.0)])
+def test_within_one_ulp_where_the_model_needs_it(name, lo, hi):
+    stats = special_accuracy(name, lo, hi)
+    assert stats["max_ulp"] <= 1.0 and stats["within_1ulp_pct"] == 100.0, stats
 
 
 @pytest.mark.rtl

