@@ -160,14 +160,15 @@ PRESETS: dict[str, ArchConfig] = {
         hbm_channel_mbytes=64, hbm_peak_gbps=6.4, hbm_efficiency=0.9, hbm_latency_cycles=32,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_latency_ns=500.0,
         queue_depth=8, mpu_pipeline_cycles=12, vpu_pipeline_cycles=10),
-    # One core per Alveo U280 (see docs/architecture.md for the justification of each figure):
-    # 32 lanes x 64 = 2,048 FP16 MACs per cycle (2x DFX; one DSP48E2 per multiplier is 23% of
-    # the 9,024 DSPs), 250 MHz (32 x 512-bit ports then offer 512 GB/s, above the 460 GB/s
-    # physical peak, so weight streams are bound by HBM itself), 90% sustained HBM efficiency,
-    # 4 MiB activation + 4 MiB weight buffers (URAM; the U280 has about 41 MB on chip),
-    # QSFP28 ring links at 100 Gb/s less 3% Aurora framing.
+    # One core per Alveo U280 (docs/architecture.md justifies each figure): 16 lanes x 64 = 1,024
+    # FP16 MACs per cycle, DFX's count: Yosys puts one 64-wide MAC tree (64 multipliers, 63 FP32
+    # adders) at 41.8K LUTs, so 16 lanes take 51% of the U280's 1,304K LUTs (32 would not fit);
+    # 250 MHz (32 x 512-bit ports then offer 512 GB/s, above the 460 GB/s physical peak, so weight
+    # streams are bound by HBM itself); 90% sustained HBM efficiency; 4 MiB activation + 4 MiB
+    # weight buffers (URAM; the U280 has about 41 MB on chip); QSFP28 ring links at 100 Gb/s less
+    # 3% Aurora framing.
     "u280": ArchConfig(
-        name="u280-x1", cards=1, mpu_lanes=32, mac_width=64, vector_width=64, clock_mhz=250.0,
+        name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
         abuf_words=1 << 21, wbuf_words=1 << 21, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_latency_ns=500.0,

@@ -11,7 +11,8 @@ Rules
       datapath FP32 subnormals cannot arise: every operand is a product or sum of FP16 values,
       a multiple of 2**-48; the lookup tables flush entries below 2**-40.)
     * FP32 -> FP16 conversion rounds to nearest even, overflows to +-Inf, keeps FP16 subnormals.
-    * Any NaN result is the canonical quiet NaN (FP16 0x7E00, FP32 0x7FC00000).
+    * Any NaN produced by arithmetic is the canonical quiet NaN (FP16 0x7E00, FP32 0x7FC00000);
+      max selects one of its inputs, so a NaN it returns keeps that input's bits.
     * Reductions use a *folding* adder tree over `width` lanes: while n > 1, v = v[:n/2] + v[n/2:]
       (lane i is added to lane i + n/2). Inputs are zero-padded (+0) to a multiple of `width`;
       tile sums are accumulated sequentially in FP32, starting from the first tile's sum.

@@ -10,13 +10,13 @@ from ringgpt.hw.config import PRESETS, ArchConfig, ConfigError, ConfigMismatchEr
 def test_u280_preset_derived_values():
     cfg = get_config("u280", cards=4)
     assert cfg.name == "u280-x4" and cfg.cards == 4
-    assert cfg.macs_per_cycle == 32 * 64
+    assert cfg.macs_per_cycle == 16 * 64
     assert cfg.hbm_bytes == 8 * 2 ** 30
     assert cfg.hbm_port_gbps == pytest.approx(32 * 64 * 250e6 / 1e9)
     # The ports (512 GB/s at 250 MHz) exceed the physical peak, so streams are bound by 460 GB/s.
     assert cfg.hbm_sustained_gbps == pytest.approx(460 * 0.9)
     assert cfg.hbm_bytes_per_cycle == pytest.approx(460e9 * 0.9 / 250e6)
-    assert cfg.peak_gflops == pytest.approx(2 * 2048 * 0.25)  # 2 flops per MAC at 0.25 GHz
+    assert cfg.peak_gflops == pytest.approx(2 * 1024 * 0.25)  # 2 flops per MAC at 0.25 GHz
     assert cfg.ring_latency_cycles == 125
     assert cfg.wbuf_bank_words == 2 ** 20
 
