@@ -164,12 +164,13 @@ PRESETS: dict[str, ArchConfig] = {
     # FP16 MACs per cycle, DFX's count: Yosys puts one 64-wide MAC tree (64 multipliers, 63 FP32
     # adders) at 41.8K LUTs, so 16 lanes take 51% of the U280's 1,304K LUTs (32 would not fit);
     # 250 MHz (32 x 512-bit ports then offer 512 GB/s, above the 460 GB/s physical peak, so weight
-    # streams are bound by HBM itself); 90% sustained HBM efficiency; 4 MiB activation + 4 MiB
-    # weight buffers (URAM; the U280 has about 41 MB on chip); QSFP28 ring links at 100 Gb/s less
-    # 3% Aurora framing.
+    # streams are bound by HBM itself); 90% sustained HBM efficiency; a 4 MiB activation buffer and
+    # an 8 MiB weight buffer (URAM; the U280 has about 41 MB on chip: two 4 MiB weight slots keep
+    # the weight stream going through attention, where 2 MiB slots stall it); QSFP28 ring links at
+    # 100 Gb/s less 3% Aurora framing.
     "u280": ArchConfig(
         name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
-        abuf_words=1 << 21, wbuf_words=1 << 21, hbm_channels=32, hbm_port_bits=512,
+        abuf_words=1 << 21, wbuf_words=1 << 22, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_latency_ns=500.0,
         queue_depth=16, mpu_pipeline_cycles=16, vpu_pipeline_cycles=12),

@@ -96,9 +96,12 @@ class OperandLayout(data.Struct):
     offset: unsigned(32)
 
 
+DIM_IMM_BITS = 28
+
+
 class DimLayout(data.Struct):
     reg: unsigned(4)
-    imm: unsigned(20)
+    imm: unsigned(DIM_IMM_BITS)
 
 
 class FlagsLayout(data.Struct):
@@ -131,7 +134,7 @@ class InstructionLayout(data.Struct):
     rs: unsigned(4)
     rt: unsigned(4)
     imm: signed(32)
-    reserved: unsigned(122)
+    reserved: unsigned(90)
 
 
 assert InstructionLayout.as_shape().size == INSTRUCTION_BITS, InstructionLayout.as_shape().size
@@ -165,6 +168,7 @@ class Instruction(_tuple_type("InstructionFields", InstructionLayout)):
         full = {name: _NESTED[name]() for name in _NESTED}
         full.update(fields)
         inst = cls(opcode=opcode, **full)
+        _check_ranges(inst)
         validate(inst)
         return inst
 
@@ -446,30 +450,24 @@ def parse_instruction(text: str, line: int | None = None) -> Instruction:
         except (ValueError, KeyError) as exc:
             raise IllegalInstructionError(f"{where}bad token {token!r}: {exc}") from None
     try:
-        _check_ranges(fields)
         return Instruction.make(opcode, flags=Flags(**flags), **fields)
     except IllegalInstructionError as exc:
         raise IllegalInstructionError(f"{where}{exc}") from None
 
 
-def _check_ranges(fields: dict) -> None:
-    def check(name, value, bits, signed_=False):
-        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed_ else (0, (1 << bits) - 1)
+def _check_ranges(inst: Instruction) -> None:
+    """Raises IllegalInstructionError for an integer field outside its width in the layout (encoding
+    would otherwise truncate it)."""
+    for path, _, width, shape in _FIELD_RANGES:
+        value = inst
+        for part in path.split("."):
+            value = getattr(value, part)
+        if isinstance(value, enum.Enum) or not isinstance(value, int):
+            continue
+        signed_ = getattr(shape, "signed", False)
+        lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed_ else (0, (1 << width) - 1)
         if not lo <= value <= hi:
-            raise IllegalInstructionError(f"field '{name}' = {value} does not fit in {bits} bits")
-    for name, value in fields.items():
-        if name in OPERANDS:
-            check(f"{name}.reg", value.reg, 4)
-            check(f"{name}.offset", value.offset, 32)
-        elif name in DIMS:
-            check(f"{name}.reg", value.reg, 4)
-            check(f"{name}.imm", value.imm, 20)
-        elif name in STRIDES:
-            check(name, value, STRIDE_BITS)
-        elif name in ("rd", "rs", "rt"):
-            check(name, value, 4)
-        elif name == "imm":
-            check(name, value, 32, signed_=True)
+            raise IllegalInstructionError(f"{inst.opcode.name}: field '{path}' = {value} does not fit in {width} bits")
 
 
 def assemble(text: str) -> list[Instruction]:
@@ -542,6 +540,10 @@ def _bit_ranges(layout, prefix="", base=0):
             yield from _bit_ranges(shape, f"{full}.", base + field.offset)
         else:
             yield full, base + field.offset, field.width, shape
+
+
+_FIELD_RANGES = tuple(_bit_ranges(InstructionLayout))
+"""(path, bit offset, width, shape) of every leaf field of the layout."""
 
 
 def docs_markdown() -> str:

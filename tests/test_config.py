@@ -18,7 +18,7 @@ def test_u280_preset_derived_values():
     assert cfg.hbm_bytes_per_cycle == pytest.approx(460e9 * 0.9 / 250e6)
     assert cfg.peak_gflops == pytest.approx(2 * 1024 * 0.25)  # 2 flops per MAC at 0.25 GHz
     assert cfg.ring_latency_cycles == 125
-    assert cfg.wbuf_bank_words == 2 ** 20
+    assert cfg.wbuf_bank_words == 2 ** 21
 
 
 def test_names_and_card_suffix():

@@ -32,7 +32,7 @@ def instructions(draw, opcode=None):
         else:
             fields[name] = Operand(space, draw(st.integers(0, 15)), draw(st.integers(0, 2 ** 32 - 1)))
     for name in spec.dims:
-        fields[name] = Dim(draw(st.integers(0, 15)), draw(st.integers(0, 2 ** 20 - 1)))
+        fields[name] = Dim(draw(st.integers(0, 15)), draw(st.integers(0, 2 ** isa.DIM_IMM_BITS - 1)))
     for name in spec.strides:
         fields[name] = draw(st.integers(0, 2 ** isa.STRIDE_BITS - 1))
     for name in spec.control:
@@ -127,6 +127,19 @@ def test_word_out_of_range():
         decode(-1)
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"n": Dim(0, 2 ** 28)}, "LOAD: field 'n.imm' = 268435456 does not fit in 28 bits"),
+    ({"dst": Operand(Space.WBUF, 16, 0)}, "field 'dst.reg' = 16 does not fit in 4 bits"),
+    ({"src1": Operand(Space.HBM, 0, 2 ** 32)}, "field 'src1.offset' = 4294967296 does not fit in 32 bits"),
+    ({"src1_stride": -1}, "field 'src1_stride' = -1 does not fit in 20 bits"),
+])
+def test_make_rejects_values_that_would_be_truncated(fields, message):
+    """Encoding never truncates silently: a value wider than its field is an error at construction."""
+    base = {"dst": Operand(Space.WBUF), "src1": Operand(Space.HBM), "rows": Dim(0, 1), "n": Dim(0, 8)}
+    with pytest.raises(IllegalInstructionError, match=message):
+        Instruction.make(Opcode.LOAD, **{**base, **fields})
+
+
 def test_imm_operand_checks():
     with pytest.raises(IllegalInstructionError, match="cannot be register-relative"):
         Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF),
@@ -141,7 +154,8 @@ def test_imm_operand_checks():
     ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] +fast", "unknown flag '\\+fast'"),
     ("VADD dst=ABUF[x] src1=ABUF[0] src2=ABUF[0]", "bad token 'dst=ABUF\\[x\\]'"),
     ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=q", "bad token 'rows=q'"),
-    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=2000000", "'rows.imm' = 2000000 does not fit in 20 bits"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=300000000", "'rows.imm' = 300000000 does not fit in 28 bits"),
+    ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] dst_stride=1048576", "'dst_stride' = 1048576 does not fit in 20 bits"),
     ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] colour=3", "bad token 'colour=3'"),
     ("VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] wat", "expected key=value"),
     ("SETI rd=r16 imm=1", "'rd' = 16 does not fit in 4 bits"),
