@@ -22,7 +22,8 @@ from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.tokenizer import TextStream, load_tokenizer
 from ringgpt.hw.config import ConfigError, ConfigMismatchError
 
-DEFAULT_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main():\n\t"
+"""In the bundled model's style (the standard library, indented with tabs)."""
 EXIT_USER_ERROR = 2
 
 

@@ -19,16 +19,17 @@ from ringgpt.sim.functional import SimulatorDevice
 
 LOGITS_BOUND = 1e-2
 
-BUNDLED_PROMPTS = [
-    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+BUNDLED_PROMPTS = [  # the bundled model's corpus is indented with tabs
+    'def fibonacci(n):\n\t"""Return the n-th Fibonacci number."""\n\t',
     "import os\n",
-    "class Queue:\n    def __init__(self):\n",
-    "    for i in range(len(items)):\n",
-    "def read_lines(path):\n    with open(path) as f:\n",
-    "    if not isinstance(value, str):\n        raise TypeError(",
+    "import os\nimport sys\n\n\ndef main():\n\t",
+    "class Queue:\n\tdef __init__(self):\n\t\tself.",
+    "\tfor i in range(len(items)):\n",
+    "def read_lines(path):\n\twith open(path) as f:\n",
+    "\tif not isinstance(value, str):\n\t\traise TypeError(",
     "# Copyright 2001 Python Software Foundation\n",
-    "        return self._data[key]\n\n    def ",
-    "try:\n    import threading\nexcept ImportError:\n",
+    "\t\treturn self._data[key]\n\n\tdef ",
+    "try:\n\timport threading\nexcept ImportError:\n",
 ]
 
 

@@ -14,26 +14,26 @@ from ringgpt.host.tokenizer import load_tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "host" / "data" / "models" / "bundled"
 
-# Not from the standard library: a held-out snippet in its style.
+# Not from the standard library: a held-out snippet in its style (indented with tabs, like the corpus).
 SNIPPET = '''def read_config(path, default=None):
-    """Return the parsed JSON object stored at path, or default if the file does not exist."""
-    import json
-    import os
-    if not os.path.exists(path):
-        return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+	"""Return the parsed JSON object stored at path, or default if the file does not exist."""
+	import json
+	import os
+	if not os.path.exists(path):
+		return default
+	with open(path, encoding="utf-8") as f:
+		return json.load(f)
 
 
 class Counter:
-    def __init__(self):
-        self.count = 0
+	def __init__(self):
+		self.count = 0
 
-    def increment(self, n=1):
-        self.count += n
-        return self.count
+	def increment(self, n=1):
+		self.count += n
+		return self.count
 '''
-PROMPTS = ["import os\nimport sys\n", "def __init__(self", "    return self.", "if __name__ == '__main__':\n"]
+PROMPTS = ["import os\nimport sys\n", "def __init__(self", "\treturn self.", "if __name__ == '__main__':\n"]
 
 
 @pytest.fixture(scope="module")
