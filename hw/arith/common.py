@@ -94,3 +94,17 @@ def round_pack_fp32(m: Module, sign: Value, exp: Value, sig: Value, *, name: str
     with m.Else():
         m.d.comb += packed.eq(Cat(mant, Mux(normal, exp_out[:8], 0), sign))
     return packed
+
+
+def register_fp32_result(m: Module, out: Value, *, nan: Value, inf: Value, zero: Value, sign: Value,
+                         zero_sign: Value, packed: Value) -> None:
+    """Registers into `out` the canonical NaN, a signed Inf, a signed zero, or else the rounded
+    result `packed` (the last stage of the FP32 adder and multiplier)."""
+    with m.If(nan):
+        m.d.sync += out.eq(nx.FP32_CANONICAL_NAN)
+    with m.Elif(inf):
+        m.d.sync += out.eq(Cat(Const(FP32_INF, 31), sign))
+    with m.Elif(zero):
+        m.d.sync += out.eq(Cat(Const(0, 31), zero_sign))
+    with m.Else():
+        m.d.sync += out.eq(packed)

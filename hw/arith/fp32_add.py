@@ -5,8 +5,7 @@ from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import numerics as nx
-from .common import FP32, FP32_INF, is_inf32, is_nan32, leading_zeros, round_pack_fp32, stage
+from .common import FP32, is_inf32, is_nan32, leading_zeros, register_fp32_result, round_pack_fp32, stage
 from .stream import Streamed
 
 ADD_OPERANDS = data.StructLayout({"a": FP32, "b": FP32})
@@ -78,14 +77,8 @@ class FP32AddCore(wiring.Component):
 
         # 5: round to nearest even, pack, specials
         packed = round_pack_fp32(m, s4["sign"], s4["exp"], s4["norm"], name="s5_packed")
-        with m.If(s4["nan"]):
-            m.d.sync += self.o.eq(nx.FP32_CANONICAL_NAN)
-        with m.Elif(s4["inf"]):
-            m.d.sync += self.o.eq(Cat(C(FP32_INF, 31), s4["sign"]))
-        with m.Elif(s4["zero"]):
-            m.d.sync += self.o.eq(Cat(C(0, 31), s4["zero_sign"]))
-        with m.Else():
-            m.d.sync += self.o.eq(packed)
+        register_fp32_result(m, self.o, nan=s4["nan"], inf=s4["inf"], zero=s4["zero"], sign=s4["sign"],
+                             zero_sign=s4["zero_sign"], packed=packed)
         return m
 
 

@@ -1,12 +1,12 @@
 """FP32 x unsigned-integer multiplier: IEEE binary32 `numerics.mul_fp32(a, k)` for an integer
 0 <= k < 2**int_bits (exactly an FP32 value), the product rounded to nearest even. It is the
 interpolation multiply of the special-function units (slope x frac)."""
-from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
-from .common import FP32, FP32_INF, is_inf32, is_nan32, leading_zeros, round_pack_fp32, stage
+from .common import FP32, is_inf32, is_nan32, leading_zeros, register_fp32_result, round_pack_fp32, stage
 from .stream import Streamed
 
 
@@ -47,14 +47,8 @@ class FP32IntMulCore(wiring.Component):
                    zero=s1["product"] == 0, **{key: s1[key] for key in ("sign", "nan", "inf")})
 
         packed = round_pack_fp32(m, s2["sign"], s2["exp"], s2["norm"], name="s3_packed")
-        with m.If(s2["nan"]):
-            m.d.sync += self.o.eq(nx.FP32_CANONICAL_NAN)
-        with m.Elif(s2["inf"]):
-            m.d.sync += self.o.eq(Cat(C(FP32_INF, 31), s2["sign"]))
-        with m.Elif(s2["zero"]):
-            m.d.sync += self.o.eq(Cat(C(0, 31), s2["sign"]))
-        with m.Else():
-            m.d.sync += self.o.eq(packed)
+        register_fp32_result(m, self.o, nan=s2["nan"], inf=s2["inf"], zero=s2["zero"], sign=s2["sign"],
+                             zero_sign=s2["sign"], packed=packed)
         return m
 
 
