@@ -159,15 +159,6 @@ def accumulate_tiles(terms: np.ndarray, width: int) -> np.ndarray:
     return canonical_fp32(acc)
 
 
-def dot_fp32(x, w, width: int) -> np.ndarray:
-    """The matrix-unit lane: sum_k x[k] * w[k, ...] with exact FP16 products, the folding tree of
-    `width` multipliers, and sequential FP32 accumulation across tiles. x: (K,), w: (K, ...)."""
-    x = np.asarray(x, np.float16).astype(np.float32)
-    w = np.asarray(w, np.float16).astype(np.float32)
-    products = x.reshape((-1,) + (1,) * (w.ndim - 1)) * w
-    return accumulate_tiles(canonical_fp32(products), width)
-
-
 def reduce_sum(a, width: int, b=None, axis: int | None = None):
     """Vector reduce: sum of a (or of a * b, products exact) over the vector unit's adder tree of
     `width` lanes, accumulated in FP32 across tiles, rounded once to FP16. With `axis` None the sum
@@ -211,8 +202,9 @@ def _torch_view(a: np.ndarray):
 
 
 def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
-    """FP32 accumulators of rows (M, K) against w (K, N), FP16 both: exactly dot_fp32 per output
-    element, computed blockwise with torch (IEEE binary32 multiplies and adds, no fusion) in the
+    """FP32 accumulators of rows (M, K) against w (K, N), FP16 both: exactly
+    accumulate_tiles(mul_fp16_exact(row, column), width) per output element (the MAC tree's
+    fold_tree per tile, then the tile accumulator), computed blockwise with torch (IEEE binary32 multiplies and adds, no fusion) in the
     same order: products of zero-padded operands, the folding tree within each tile in place,
     then the tile sums added in order."""
     import torch
@@ -253,7 +245,8 @@ def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
 
 def matmul(x, w, width: int, bias=None, gelu: bool = False) -> np.ndarray:
     """Matrix-unit result for rows x (M, K) or one vector x (K,) against w (K, N):
-    per output element dot_fp32 (tree of `width`, tile accumulation), then + bias in FP32,
+    per output element accumulate_tiles of the exact products (the folding tree of `width` per
+    tile, tile sums added in order), then + bias in FP32,
     rounded to FP16, then GELU by lookup table when `gelu`."""
     x = np.asarray(x, np.float16)
     w = np.asarray(w, np.float16)
