@@ -332,6 +332,10 @@ class CardBuilder:
         hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
         qkv, pending = plan["QKV"], None
         for group, (start, stop) in enumerate(self.groups):
+            if group and pending and plan.kv_areas == 1:
+                # One KV area: the next group's keys and values overwrite the pending head's V^T.
+                self._weighted_values(*pending)
+                pending = None
             area = first_area if group == 0 else self._attention_inputs(layer, group)
             gw = (stop - start) * hd
             keys, values_t = area, area + tmax * plan.kv_group * hd
@@ -343,6 +347,10 @@ class CardBuilder:
                 self.stream.hold = len(self.pieces)
                 self.stream.fill()
             for h in range(start, stop):
+                if pending and plan.score_areas == 1:
+                    # One score area: head h's scores overwrite the pending head's.
+                    self._weighted_values(*pending)
+                    pending = None
                 scores = self._scores(h, keys + (h - start) * hd, gw)
                 if pending:
                     self._weighted_values(*pending)
