@@ -314,6 +314,17 @@ OPCODES: dict[Opcode, OpSpec] = {
 assert set(OPCODES) == set(Opcode), "every opcode needs a specification"
 
 
+REG_MASK = (1 << 32) - 1
+"""Registers are 32 bits; control arithmetic wraps."""
+
+
+def control_result(opcode: Opcode, regs, rs: int, rt: int, imm: int) -> int:
+    """The value SETI, ADDI, MULI or ADD writes to R[rd], given the register values `regs`."""
+    value = {Opcode.SETI: lambda: imm, Opcode.ADDI: lambda: regs[rs] + imm, Opcode.MULI: lambda: regs[rs] * imm,
+             Opcode.ADD: lambda: regs[rs] + regs[rt]}[opcode]()
+    return value & REG_MASK
+
+
 def _fail(word: str, field: str, message: str):
     raise IllegalInstructionError(f"illegal instruction {word}: field '{field}': {message}")
 

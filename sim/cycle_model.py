@@ -103,54 +103,82 @@ def instruction_class(r: Resolved) -> str:
     return _UNIT_CLASS[unit]
 
 
-def _block(operand: tuple, rows: int, cols: int, stride: int, start: int = 0):
-    """(space, lo, hi): the bounding word range of a rows x cols block, or None when empty."""
-    space, base = operand
-    if rows <= 0 or cols <= 0 or space in (Space.NONE, Space.IMM):
-        return None
-    return space, base + start, base + (rows - 1) * stride + cols
+class Block(NamedTuple):
+    """The words an operand touches: `rows` rows of `cols` consecutive words, row i at base + i * stride.
+    A GATHER's table is `unbounded`: its rows depend on the indices (data), so only its base is known."""
+    operand: str
+    space: Space
+    base: int
+    rows: int
+    cols: int
+    stride: int
+    unbounded: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.rows <= 0 or self.cols <= 0
+
+    def bounds(self):
+        """(space, lo, hi): the bounding word range, or None when empty."""
+        if self.empty:
+            return None
+        hi = ADDRESS_LIMIT if self.unbounded else self.base + (self.rows - 1) * self.stride + self.cols
+        return self.space, self.base, hi
 
 
-def _operand_block(r: Resolved, name: str, row_scalar: bool):
-    rows_cols = (r.rows, 1) if row_scalar else (r.rows, r.n)
-    return _block(getattr(r, name), *rows_cols, getattr(r, f"{name}_stride"))
+def _block(r: Resolved, name: str, rows: int, cols: int, stride: int | None = None, start: int = 0):
+    space, base = getattr(r, name)
+    stride = getattr(r, f"{name}_stride") if stride is None else stride
+    return Block(name, space, base + start, rows, cols, stride)
 
 
-def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
-    """(reads, writes): the bounding word ranges (space, lo, hi) the scoreboard tracks."""
+def _memory(blocks: list) -> tuple:
+    return tuple(b for b in blocks if b.space not in (Space.NONE, Space.IMM))
+
+
+def access_blocks(r: Resolved) -> tuple[tuple, tuple]:
+    """(reads, writes): the exact Blocks an instruction reads and writes, memory operands only (no IMM),
+    in operand order (src1, src2, aux; dst, aux), empty blocks included, so that the list's shape
+    depends on the instruction word alone."""
     op = r.op
     unit = OPCODES[op].unit
     if unit is Unit.CONTROL:
         return (), ()
     if op in (Opcode.LOAD, Opcode.STORE):
-        dst = (_block(r.dst, r.n, r.rows, r.dst_stride) if r.flags.transpose
-               else _block(r.dst, r.rows, r.n, r.dst_stride))
-        reads, writes = [_block(r.src1, r.rows, r.n, r.src1_stride)], [dst]
+        dst = _block(r, "dst", r.n, r.rows) if r.flags.transpose else _block(r, "dst", r.rows, r.n)
+        reads, writes = [_block(r, "src1", r.rows, r.n)], [dst]
     elif op is Opcode.GATHER:
-        table = (r.src1[0], r.src1[1], ADDRESS_LIMIT) if r.rows and r.n else None
-        reads, writes = [table, _block(r.src2, 1, r.rows, 0)], [_block(r.dst, r.rows, r.n, r.dst_stride)]
+        table = _block(r, "src1", 1, r.n)._replace(rows=int(r.rows > 0), unbounded=True)
+        reads, writes = [table, _block(r, "src2", 1, r.rows, 0)], [_block(r, "dst", r.rows, r.n)]
     elif unit is Unit.MATRIX:
-        reads = [_block(r.src1, r.rows, r.k, r.src1_stride), _block(r.src2, r.n, r.k, r.src2_stride)]
-        writes = [_block(r.dst, r.rows, r.n, r.dst_stride)]
+        reads = [_block(r, "src1", r.rows, r.k), _block(r, "src2", r.n, r.k)]
+        writes = [_block(r, "dst", r.rows, r.n)]
         if op is Opcode.MATMUL:
-            reads.append(_block(r.aux, 1, r.n, 0))
+            reads.append(_block(r, "aux", 1, r.n, 0))
         else:
-            writes.append(_block(r.aux, r.rows, 1, r.aux_stride))
+            writes.append(_block(r, "aux", r.rows, 1))
     elif unit is Unit.VECTOR:
-        reads = [_operand_block(r, "src1", False), _operand_block(r, "src2", r.flags.src2_row_scalar),
-                 _operand_block(r, "aux", r.flags.aux_row_scalar)]
+        reads = [_block(r, "src1", r.rows, r.n),
+                 _block(r, "src2", r.rows, 1 if r.flags.src2_row_scalar else r.n),
+                 _block(r, "aux", r.rows, 1 if r.flags.aux_row_scalar else r.n)]
         reduces = op in (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
-        writes = [_block(r.dst, r.rows, 1 if reduces else r.n, r.dst_stride)]
+        writes = [_block(r, "dst", r.rows, 1 if reduces else r.n)]
     elif op is Opcode.ALLGATHER:
         first = min(k for _, k in r.slices)
         end = max(k + n for n, k in r.slices)
-        reads = [_block(r.src1, r.rows, r.n, r.src1_stride)]
-        writes = [_block(r.dst, r.rows, end, r.dst_stride, first) if end > first else None]
+        reads = [_block(r, "src1", r.rows, r.n)]
+        writes = [_block(r, "dst", r.rows, end - first, start=first)]
     elif op is Opcode.SEND:
-        reads, writes = [_block(r.src1, r.rows, r.n, r.src1_stride)], []
+        reads, writes = [_block(r, "src1", r.rows, r.n)], []
     else:  # RECV
-        reads, writes = [], [_block(r.dst, r.rows, r.n, r.dst_stride)]
-    return tuple(x for x in reads if x), tuple(x for x in writes if x)
+        reads, writes = [], [_block(r, "dst", r.rows, r.n)]
+    return _memory(reads), _memory(writes)
+
+
+def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
+    """(reads, writes): the bounding word ranges (space, lo, hi) the scoreboard tracks."""
+    reads, writes = access_blocks(r)
+    return (tuple(b.bounds() for b in reads if not b.empty), tuple(b.bounds() for b in writes if not b.empty))
 
 
 def _overlaps(a: tuple, b: tuple) -> bool:

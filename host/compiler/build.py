@@ -11,6 +11,7 @@ from ringgpt.host.compiler.errors import CapacityError, CompileError
 from ringgpt.host.compiler.layout import STAT_WORDS, AbufPlan, CardShape, HbmMap, Stat, align_up, choose_abuf_plans
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
+from ringgpt.host.compiler.verify import allgather_slices, verification_cases, verify_card
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import weights_hash
 from ringgpt.hw.config import ArchConfig
@@ -47,13 +48,22 @@ class Piece:
     bias: bool
     origin: tuple
 
+    hbm_region: str = "layer weights"
+
     @property
     def words(self) -> int:
         return self.cols * (self.k + self.bias)
 
+    @property
+    def name(self) -> str:
+        """The piece's name in the plan check (verify.py)."""
+        layer, index, col = self.origin
+        what = "lm_head" if self.hbm_region != "layer weights" else f"L{layer}.{LAYER_SLICES[index]}"
+        return f"{what} weights @{col}"
+
 
 def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, slot_words: int,
-               align: int) -> int:
+               align: int, hbm_region: str = "layer weights") -> int:
     """Cuts one weight slice (`ncols` columns of k words, + bias, at HBM word hbm_at) into the fewest pieces
     that fit a weight-buffer slot, nearly equal and in whole `align` column groups; appends them to `pieces`
     and returns the HBM word after the slice. A load never holds two slices, so its slot frees as soon as
@@ -71,7 +81,7 @@ def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin
         spans = split(ncols, count, align if count * align <= ncols else 1)
     layer, index, col = origin
     for a, b in spans:
-        pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a)))
+        pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a), hbm_region))
     return hbm_at + ncols * column_words
 
 
@@ -97,7 +107,8 @@ class WeightStream:
             limit = min(limit, self.hold)
         while self.loaded < min(limit, len(self.pieces)):
             piece = self.pieces[self.loaded]
-            self.asm(Opcode.LOAD, dst=wbuf(self.slot(self.loaded)), src1=hbm(piece.hbm), rows=1, n=piece.words)
+            self.asm(Opcode.LOAD, dst=wbuf(self.slot(self.loaded)), src1=hbm(piece.hbm), rows=1, n=piece.words,
+                     writes=piece.name, reads=piece.hbm_region)
             self.loaded += 1
 
     def take(self) -> tuple[Piece, int]:
@@ -150,7 +161,8 @@ class CardBuilder:
         m.alloc("layer weights", self.stream_words, "weights")
         vocab = self.v1 - self.v0
         self.lm_head = self.wte + self.v0 * d if ctx.tied else m.alloc("lm_head", vocab * d, "weights")
-        pack_slice(self.pieces, self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), slot_words, align)
+        pack_slice(self.pieces, self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), slot_words, align,
+                   "wte" if ctx.tied else "lm_head")
         self.kv = [m.alloc(f"KV cache L{layer}", tmax * 2 * self.kv_width, "kv") if self.local_heads else None
                    for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
@@ -187,24 +199,31 @@ class CardBuilder:
 
     # --- the program ----------------------------------------------------------------------------
     def program(self) -> list:
+        """The card's program; its dataflow is in self.asm.flow and its probes in self.probes."""
         ctx, dims, plan = self.ctx, self.ctx.dims, self.plan
         d, n_inner = dims.n_embd, dims.n_inner
         a = self.asm = Asm()
+        self.probes = []
         self.stream = WeightStream(a, self.pieces, ctx.slot_words, ctx.slots)
         self._registers()
         # Embedding: token rows gathered by id, plus the position rows from pos on.
         a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
-          dst_stride=d, src1_stride=d)
+          dst_stride=d, src1_stride=d, writes="token rows", reads=("wte", "ids"))
         a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=d,
-          src1_stride=d)
+          src1_stride=d, writes="position rows", reads="wpe")
         self._load_ln_params(0)
-        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d)
+        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d,
+          writes="ln_f params", reads="layernorm")
         self.stream.fill()
-        self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
+        self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, "embed", ("token rows", "position rows"))
+        self._probe("embed", plan["X"], d)
         self.area_counter = 0
+        residual = "embed"
         for layer in range(dims.n_layer):
+            L = f"L{layer}."
             lnp = plan["LNP"] + (layer % 2) * 4 * d
-            self._layernorm(plan["X"], 0, plan["H"], reg(ROWS), lnp, plan["S"])
+            self._layernorm(plan["X"], 0, residual, plan["H"], L + "ln1", reg(ROWS), lnp, L + "ln params",
+                            plan["S"])
             if layer + 1 < dims.n_layer:
                 self._load_ln_params(layer + 1)
             first_area = self._attention_inputs(layer, 0) if self.local_heads else None
@@ -213,28 +232,55 @@ class CardBuilder:
                 kv_last = max(i for i, p in enumerate(self.pieces)
                               if p.origin[:2] == (layer, 0) and p.origin[2] < 2 * self.kv_width)
                 self.stream.hold = kv_last + 2
-            self._linear((layer, 0), plan["H"], d, plan["QKV"], 3 * self.kv_width)
+            self._linear((layer, 0), plan["H"], L + "ln1", d, plan["QKV"], L + "qkv", 3 * self.kv_width)
             if self.local_heads:
+                self._probe(L + "qkv", plan["QKV"], 3 * self.kv_width, segments=self._qkv_segments())
                 self._append_kv(layer)
                 self._attention(layer, first_area)
-            self._allgather(plan["BIG"], d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
-            self._linear((layer, 1), plan["BIG"], d, plan["T"] + self.e0, d)
-            self._allgather(plan["T"], d, self.e0, self.e1)
-            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
-            self._layernorm(plan["X"], 0, plan["H"], reg(ROWS), lnp + 2 * d, plan["S"])
-            self._linear((layer, 2), plan["H"], d, plan["BIG"] + self.f0, n_inner, gelu=True)
-            self._allgather(plan["BIG"], n_inner, self.f0, self.f1)
-            self._linear((layer, 3), plan["BIG"], n_inner, plan["T"] + self.e0, d)
-            self._allgather(plan["T"], d, self.e0, self.e1)
-            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d)
+            self._allgather(plan["BIG"], L + "attn", d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
+            self._probe(L + "attn", plan["BIG"], d)
+            self._linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"] + self.e0, L + "proj", d)
+            self._allgather(plan["T"], L + "proj", d, self.e0, self.e1)
+            self._probe(L + "proj", plan["T"], d)
+            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, L + "res1", (residual, L + "proj"))
+            self._probe(L + "res1", plan["X"], d)
+            self._layernorm(plan["X"], 0, L + "res1", plan["H"], L + "ln2", reg(ROWS), lnp + 2 * d,
+                            L + "ln params", plan["S"])
+            self._linear((layer, 2), plan["H"], L + "ln2", d, plan["BIG"] + self.f0, L + "fc", n_inner, gelu=True)
+            self._allgather(plan["BIG"], L + "fc", n_inner, self.f0, self.f1)
+            self._probe(L + "fc", plan["BIG"], n_inner)
+            self._linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"] + self.e0, L + "fc2", d)
+            self._allgather(plan["T"], L + "fc2", d, self.e0, self.e1)
+            self._probe(L + "fc2", plan["T"], d)
+            residual = L + "res2"
+            self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, residual, (L + "res1", L + "fc2"))
+            self._probe(residual, plan["X"], d)
         # The last token only: final LayerNorm, this card's slice of the LM head, logits to the host.
-        self._layernorm(plan["X"], LAST_ROW, plan["LNF"], 1, plan["LNFP"], plan["SF"])
+        self._layernorm(plan["X"], LAST_ROW, residual, plan["LNF"], "ln_f", 1, plan["LNFP"], "ln_f params",
+                        plan["SF"])
         vocab = self.v1 - self.v0
-        self._linear((dims.n_layer, 0), plan["LNF"], d, plan["LOGITS"], vocab, rows=1)
+        self._linear((dims.n_layer, 0), plan["LNF"], "ln_f", d, plan["LOGITS"], "logits", vocab, rows=1)
         if vocab:
-            a(Opcode.STORE, dst=host(ctx.logits_offset), src1=abuf(plan["LOGITS"]), rows=1, n=vocab)
+            self._probe("logits", plan["LOGITS"], vocab, rows="last", segments=[[self.v0, self.v1, 0, 1.0]])
+            a(Opcode.STORE, dst=host(ctx.logits_offset), src1=abuf(plan["LOGITS"]), rows=1, n=vocab,
+              writes="logits", reads="logits")
         a(Opcode.HALT)
         return a.code
+
+    def _probe(self, name: str, addr: int, width: int, rows: str = "run", segments: list | None = None) -> None:
+        """Records where value `name` can be observed: after the last instruction that writes it (so far),
+        the run's rows ("run") or its last token ("last") at ABUF `addr`, `width` words a row; `segments`
+        map ABUF columns to reference columns: [ref_start, ref_stop, column offset, scale]."""
+        pc = max((i for i, f in enumerate(self.asm.flow) if name in f.writes), default=None)
+        if pc is not None:
+            self.probes.append({"name": name, "pc": pc, "addr": addr, "rows": rows, "stride": width,
+                                "width": width, "segments": segments or [[0, width, 0, 1.0]]})
+
+    def _qkv_segments(self) -> list:
+        """The QKV block's columns [K | V | Q] in the reference's c_attn output (Q | K | V), Q pre-scaled."""
+        d, hd, w = self.ctx.dims.n_embd, self.ctx.dims.head_dim, self.kv_width
+        lo, hi = self.h0 * hd, self.h1 * hd
+        return [[d + lo, d + hi, 0, 1.0], [2 * d + lo, 2 * d + hi, w, 1.0], [lo, hi, 2 * w, self.ctx.dims.q_scale]]
 
     def _registers(self) -> None:
         a, dims = self.asm, self.ctx.dims
@@ -255,51 +301,60 @@ class CardBuilder:
     def _load_ln_params(self, layer: int) -> None:
         d = self.ctx.dims.n_embd
         self.asm(Opcode.LOAD, dst=abuf(self.plan["LNP"] + (layer % 2) * 4 * d), src1=hbm(self.ln + layer * 4 * d),
-                 rows=1, n=4 * d)
+                 rows=1, n=4 * d, writes=f"L{layer}.ln params", reads="layernorm")
 
-    def _vector(self, opcode: Opcode, dst: int, src1: int, src2: int, width: int) -> None:
+    def _vector(self, opcode: Opcode, dst: int, src1: int, src2: int, width: int, writes: str, reads: tuple) -> None:
         """dst = src1 (op) src2 over rows x width, all with row stride width."""
         self.asm(opcode, dst=abuf(dst), src1=abuf(src1), src2=abuf(src2), rows=reg(ROWS), n=width,
-                 dst_stride=width, src1_stride=width, src2_stride=width)
+                 dst_stride=width, src1_stride=width, src2_stride=width, writes=writes, reads=reads)
 
-    def _layernorm(self, src: int, src_reg: int, dst: int, rows, params: int, stats: int) -> None:
-        """dst = LayerNorm(src) with gamma, beta at params, params + D; uses plan["T"] as scratch."""
+    def _layernorm(self, src: int, src_reg: int, src_name: str, dst: int, name: str, rows, params: int,
+                   params_name: str, stats: int) -> None:
+        """dst (value `name`) = LayerNorm(src) with gamma, beta at params, params + D; plan["T"] is scratch."""
         a, d, sw = self.asm, self.ctx.dims.n_embd, STAT_WORDS
         scratch, eps = self.plan["T"], self.ctx.dims.layer_norm_epsilon
         mean, var, rstd = abuf(stats + Stat.MEAN), abuf(stats + Stat.VAR), abuf(stats + Stat.RSTD)
+        centred, var_name, rstd_name = f"{name} centred", f"{name} var", f"{name} rstd"
         row_scalar = {"src2_row_scalar": 1}
         a(Opcode.VDOT, dst=mean, src1=abuf(src, src_reg), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=sw,
-          src1_stride=d)
+          src1_stride=d, writes=f"{name} mean", reads=src_name)
         a(Opcode.VSUB, dst=abuf(dst), src1=abuf(src, src_reg), src2=mean, rows=rows, n=d, dst_stride=d,
-          src1_stride=d, src2_stride=sw, flags=row_scalar)
+          src1_stride=d, src2_stride=sw, flags=row_scalar, writes=centred, reads=(src_name, f"{name} mean"))
         a(Opcode.VMUL, dst=abuf(scratch), src1=abuf(dst), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=d,
-          src1_stride=d)
+          src1_stride=d, writes=f"{name} centred/D", reads=centred)
         a(Opcode.VDOT, dst=var, src1=abuf(scratch), src2=abuf(dst), rows=rows, n=d, dst_stride=sw, src1_stride=d,
-          src2_stride=d)
-        a(Opcode.VADD, dst=var, src1=var, src2=imm(eps), rows=rows, n=1, dst_stride=sw, src1_stride=sw)
-        a(Opcode.VRSQRT, dst=rstd, src1=var, rows=rows, n=1, dst_stride=sw, src1_stride=sw)
+          src2_stride=d, writes=var_name, reads=(f"{name} centred/D", centred))
+        a(Opcode.VADD, dst=var, src1=var, src2=imm(eps), rows=rows, n=1, dst_stride=sw, src1_stride=sw,
+          writes=var_name, reads=var_name)
+        a(Opcode.VRSQRT, dst=rstd, src1=var, rows=rows, n=1, dst_stride=sw, src1_stride=sw, writes=rstd_name,
+          reads=var_name)
         a(Opcode.VMUL, dst=abuf(dst), src1=abuf(dst), src2=rstd, rows=rows, n=d, dst_stride=d, src1_stride=d,
-          src2_stride=sw, flags=row_scalar)
+          src2_stride=sw, flags=row_scalar, writes=f"{name} normalised", reads=(centred, rstd_name))
         a(Opcode.VSCALE_SHIFT, dst=abuf(dst), src1=abuf(dst), src2=abuf(params), aux=abuf(params + d), rows=rows,
-          n=d, dst_stride=d, src1_stride=d)
+          n=d, dst_stride=d, src1_stride=d, writes=name, reads=(f"{name} normalised", params_name, params_name))
+        self._probe(name, dst, d, rows="run" if src_reg == 0 else "last")
 
-    def _linear(self, origin: tuple, src: int, src_stride: int, dst: int, dst_stride: int, rows=reg(ROWS),
-                gelu: bool = False) -> None:
-        """dst[:, local columns] = src @ W[:, columns] (+ bias, GELU) for the weight slice `origin` (layer,
-        slice index), one MATMUL per piece (none when the card has no columns of it)."""
+    def _linear(self, origin: tuple, src: int, src_name: str, src_stride: int, dst: int, name: str,
+                dst_stride: int, rows=reg(ROWS), gelu: bool = False) -> None:
+        """dst[:, local columns] (value `name`) = src @ W[:, columns] (+ bias, GELU) for the weight slice
+        `origin` (layer, slice index), one MATMUL per piece (none when the card has no columns of it)."""
         while self.stream.used < len(self.pieces) and self.pieces[self.stream.used].origin[:2] == origin:
             piece, address = self.stream.take()
             bias = {"aux": wbuf(address + piece.cols * piece.k)} if piece.bias else {}
             self.asm(Opcode.MATMUL, dst=abuf(dst + piece.origin[2]), src1=abuf(src), src2=wbuf(address), **bias,
                      rows=rows, n=piece.cols, k=piece.k, dst_stride=dst_stride, src1_stride=src_stride,
-                     src2_stride=piece.k, flags={"gelu": int(gelu)})
+                     src2_stride=piece.k, flags={"gelu": int(gelu)}, writes=name,
+                     reads=(src_name, piece.name) + ((piece.name,) if piece.bias else ()))
             self.stream.fill()
 
-    def _allgather(self, base: int, stride: int, start: int, stop: int) -> None:
-        """Every card's columns [start, stop) of the rows x stride block at base, gathered on all cards."""
+    def _allgather(self, base: int, name: str, stride: int, start: int, stop: int) -> None:
+        """Every card's columns [start, stop) of value `name` (rows x stride at base), gathered on all cards."""
         if self.ctx.config.cards > 1:
             self.asm(Opcode.ALLGATHER, dst=abuf(base), src1=abuf(base + start), rows=reg(ROWS), n=stop - start,
-                     k=start, dst_stride=stride, src1_stride=stride)
+                     k=start, dst_stride=stride, src1_stride=stride, writes=name, reads=name)
+
+    def _kv_names(self, layer: int, group: int) -> tuple[str, str]:
+        return f"L{layer}.K g{group}", f"L{layer}.Vt g{group}"
 
     def _attention_inputs(self, layer: int, group: int) -> int:
         """Emits the LOADs of a head group's earlier keys and values (rows 0 .. pos - 1 of the layer's KV cache)
@@ -309,28 +364,31 @@ class CardBuilder:
         gw = (stop - start) * hd
         area = plan["KV"] + (self.area_counter % plan.kv_areas) * 2 * plan.kv_group * hd * tmax
         self.area_counter += 1
-        cache = self.kv[layer]
+        cache, (keys, values) = self.kv[layer], self._kv_names(layer, group)
         self.asm(Opcode.LOAD, dst=abuf(area), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
-                 src1_stride=2 * width)
+                 src1_stride=2 * width, writes=keys, reads=f"KV cache L{layer}")
         self.asm(Opcode.LOAD, dst=abuf(area + tmax * plan.kv_group * hd), src1=hbm(cache + width + start * hd),
-                 rows=reg(POS), n=gw, dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1})
+                 rows=reg(POS), n=gw, dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1},
+                 writes=values, reads=f"KV cache L{layer}")
         return area
 
     def _append_kv(self, layer: int) -> None:
         """Appends the run's new K|V rows of every local head to the layer's KV cache in HBM."""
         width = self.kv_width
         self.asm(Opcode.STORE, dst=hbm(self.kv[layer], POS_KV), src1=abuf(self.plan["QKV"]), rows=reg(ROWS),
-                 n=2 * width, dst_stride=2 * width, src1_stride=3 * width)
+                 n=2 * width, dst_stride=2 * width, src1_stride=3 * width, writes=f"KV cache L{layer}",
+                 reads=f"L{layer}.qkv")
 
     def _attention(self, layer: int, first_area: int | None) -> None:
         """Causal attention of the local heads over the keys 0 .. pos + rows - 1, each head's output into its
         columns of the gathered attention block. Per head group, the run's new keys and values are copied from
         the QKV block into the KV area behind the earlier ones. The heads are software-pipelined: head h+1's
         scores are issued before head h's weighted sum, so the matrix unit works while the vector unit does
-        head h's softmax."""
+        head h's softmax; with one KV area (or one score area) the pending weighted sum is issued before the
+        area is overwritten."""
         plan, a = self.plan, self.asm
         hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
-        qkv, pending = plan["QKV"], None
+        qkv, pending, L = plan["QKV"], None, f"L{layer}."
         for group, (start, stop) in enumerate(self.groups):
             if group and pending and plan.kv_areas == 1:
                 # One KV area: the next group's keys and values overwrite the pending head's V^T.
@@ -339,10 +397,11 @@ class CardBuilder:
             area = first_area if group == 0 else self._attention_inputs(layer, group)
             gw = (stop - start) * hd
             keys, values_t = area, area + tmax * plan.kv_group * hd
+            key_name, value_name = self._kv_names(layer, group)
             a(Opcode.LOAD, dst=abuf(keys, self.width_reg[gw]), src1=abuf(qkv + start * hd), rows=reg(ROWS),
-              n=gw, dst_stride=gw, src1_stride=3 * width)
+              n=gw, dst_stride=gw, src1_stride=3 * width, writes=key_name, reads=L + "qkv")
             a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
-              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1})
+              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name, reads=L + "qkv")
             if group == len(self.groups) - 1:
                 self.stream.hold = len(self.pieces)
                 self.stream.fill()
@@ -351,43 +410,53 @@ class CardBuilder:
                     # One score area: head h's scores overwrite the pending head's.
                     self._weighted_values(*pending)
                     pending = None
-                scores = self._scores(h, keys + (h - start) * hd, gw)
+                scores = self._scores(layer, h, keys + (h - start) * hd, gw, key_name)
                 if pending:
                     self._weighted_values(*pending)
-                self._softmax(h, scores)
-                pending = (h, scores, values_t + (h - start) * hd * tmax)
+                self._softmax(layer, h, scores)
+                pending = (layer, h, scores, values_t + (h - start) * hd * tmax, value_name)
         if pending:
             self._weighted_values(*pending)
 
-    def _scores(self, h: int, keys: int, key_stride: int) -> int:
+    def _head_names(self, layer: int, h: int) -> tuple[str, str, str]:
+        """The names of local head h's scores (then probabilities), row maximum and row sum."""
+        head = f"L{layer}.head {self.h0 + h}"
+        return f"{head} scores", f"{head} max", f"{head} sum"
+
+    def _scores(self, layer: int, h: int, keys: int, key_stride: int, key_name: str) -> int:
         """MASKED_QK of local head h (keys: column j at keys + j * key_stride); returns the score area."""
         plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
         which = h % plan.score_areas
         scores = plan["SCORES"] + which * tmax * plan.max_rows
+        score_name, max_name, _ = self._head_names(layer, h)
         self.asm(Opcode.MASKED_QK, dst=abuf(scores), src1=abuf(plan["QKV"] + 2 * self.kv_width + h * hd),
                  src2=abuf(keys), aux=abuf(plan["S"] + Stat.ROWMAX[which]), rows=reg(ROWS), n=reg(TOKENS), k=hd,
                  pos=reg(POS), dst_stride=tmax, src1_stride=3 * self.kv_width, src2_stride=key_stride,
-                 aux_stride=STAT_WORDS)
+                 aux_stride=STAT_WORDS, writes=(score_name, max_name), reads=(f"L{layer}.qkv", key_name))
         return scores
 
-    def _softmax(self, h: int, scores: int) -> None:
+    def _softmax(self, layer: int, h: int, scores: int) -> None:
         a, plan, tmax, sw = self.asm, self.plan, self.ctx.max_context, STAT_WORDS
         which = h % plan.score_areas
         rowmax, rowsum = abuf(plan["S"] + Stat.ROWMAX[which]), abuf(plan["S"] + Stat.ROWSUM[which])
         rows, tokens, row_scalar = reg(ROWS), reg(TOKENS), {"src2_row_scalar": 1}
+        p, m, total = self._head_names(layer, h)
         a(Opcode.VSUB, dst=abuf(scores), src1=abuf(scores), src2=rowmax, rows=rows, n=tokens, dst_stride=tmax,
-          src1_stride=tmax, src2_stride=sw, flags=row_scalar)
-        a(Opcode.VEXP, dst=abuf(scores), src1=abuf(scores), rows=rows, n=tokens, dst_stride=tmax, src1_stride=tmax)
-        a(Opcode.VSUM, dst=rowsum, src1=abuf(scores), rows=rows, n=tokens, dst_stride=sw, src1_stride=tmax)
-        a(Opcode.VRECIP, dst=rowsum, src1=rowsum, rows=rows, n=1, dst_stride=sw, src1_stride=sw)
+          src1_stride=tmax, src2_stride=sw, flags=row_scalar, writes=p, reads=(p, m))
+        a(Opcode.VEXP, dst=abuf(scores), src1=abuf(scores), rows=rows, n=tokens, dst_stride=tmax, src1_stride=tmax,
+          writes=p, reads=p)
+        a(Opcode.VSUM, dst=rowsum, src1=abuf(scores), rows=rows, n=tokens, dst_stride=sw, src1_stride=tmax,
+          writes=total, reads=p)
+        a(Opcode.VRECIP, dst=rowsum, src1=rowsum, rows=rows, n=1, dst_stride=sw, src1_stride=sw, writes=total,
+          reads=total)
         a(Opcode.VMUL, dst=abuf(scores), src1=abuf(scores), src2=rowsum, rows=rows, n=tokens, dst_stride=tmax,
-          src1_stride=tmax, src2_stride=sw, flags=row_scalar)
+          src1_stride=tmax, src2_stride=sw, flags=row_scalar, writes=p, reads=(p, total))
 
-    def _weighted_values(self, h: int, scores: int, values_t: int) -> None:
+    def _weighted_values(self, layer: int, h: int, scores: int, values_t: int, value_name: str) -> None:
         plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
         self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
                  rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
-                 src2_stride=tmax)
+                 src2_stride=tmax, writes=f"L{layer}.attn", reads=(self._head_names(layer, h)[0], value_name))
 
 
 @dataclass
@@ -441,13 +510,21 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         t = model.transformer
         shared = (fp16(t.wte.weight), fp16(t.wpe.weight), np.concatenate([fp16(t.ln_f.weight), fp16(t.ln_f.bias)]),
                   None if ctx.tied else fp16(model.lm_head.weight))
+    codes = [builder.program() for builder in builders]
+    gathers = allgather_slices(codes)
     cards = []
-    for builder in builders:
+    for builder, code in zip(builders, codes):
         vocab = builder.v1 - builder.v0
-        program = Program(builder.program(), config.name, config.hash, builder.card, config.cards,
+        host_words = logits_offset + vocab
+        verify_card(builder.card, code, builder.asm.flow, config,
+                    hbm_regions={r.name: (r.start, r.stop) for r in builder.hbm.regions},
+                    host_regions={"ids": (ctx.ids_offset, ctx.ids_offset + max_rows),
+                                  "logits": (logits_offset, host_words)},
+                    hbm_words=builder.hbm.top, host_words=host_words, gathers=gathers,
+                    cases=verification_cases(max_context, max_rows))
+        program = Program(code, config.name, config.hash, builder.card, config.cards,
                           {"model": dims.to_dict(), "max_rows": max_rows, "max_context": max_context})
-        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top,
-                               logits_offset + vocab))
+        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top, host_words))
     meta = {
         "compiler_version": COMPILER_VERSION,
         "model": dims.to_dict(),
@@ -463,5 +540,6 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
                             for c in range(config.cards)]},
         "hbm_map": [b.hbm.to_list() for b in builders],
         "abuf": [p.to_dict() for p in plans],
+        "probes": [b.probes for b in builders],
     }
     return ApplianceImage(config, cards, meta)

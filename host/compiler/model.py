@@ -28,6 +28,11 @@ class ModelDims:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def q_scale(self) -> float:
+        """The attention scale 1/sqrt(head_dim), folded into the Q weights and bias."""
+        return 1.0 / math.sqrt(self.head_dim)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -73,7 +78,7 @@ class LayerWeights:
 
     def __init__(self, model, index: int, dims: ModelDims):
         block = model.transformer.h[index]
-        scale = 1.0 / math.sqrt(dims.head_dim)
+        scale = dims.q_scale
         d = dims.n_embd
         w = block.attn.c_attn.weight.detach().float().clone()
         b = block.attn.c_attn.bias.detach().float().clone()

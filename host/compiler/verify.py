@@ -1,0 +1,191 @@
+"""The compiler checks its own plan before it emits a program.
+
+Every instruction the compiler emits carries a statement of its dataflow (`Flow`): the name of the value
+each memory operand writes (a region of the activation or weight buffer: "L3.qkv", "L3.Vt g1", a weight
+piece, ...; an HBM or host-buffer region by its map name) and the name of the value each operand must
+read. `verify_card` executes the card's program symbolically, for the register values of a few runs
+(first and last prompt chunk, last decode step), keeping for every ABUF and WBUF word the name of the
+value that holds it and the instruction that wrote it, and raises `PlanError` (a CompileError) naming
+the card, the instruction and the region when:
+
+* an address is outside its space, or an HBM / host-buffer access leaves the region it names;
+* a read finds another value than the one it names (it does not see the last write of that value);
+* a write overwrites a value that a later instruction still reads (two live regions overlap); this
+  covers a weight-buffer slot loaded before its previous piece's last MATMUL.
+
+The check follows program order, which is what the hardware computes: the scoreboard makes the
+overlapped units equal to it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ringgpt.host.compiler.errors import CompileError
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, Opcode, Space, Unit, control_result
+from ringgpt.sim.cycle_model import Block, access_blocks
+from ringgpt.sim.functional.machine import Decoded
+
+
+class PlanError(CompileError):
+    """The compiler's plan breaks one of its invariants (a compiler bug, reported instead of wrong numbers)."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """What an instruction writes and reads: one value name per memory operand, in `access_blocks` order."""
+    writes: tuple = ()
+    reads: tuple = ()
+
+
+NOTHING = 0
+"""Tag of a word no instruction of the run has written."""
+
+
+def covers(b: Block, space: Space, address: int) -> bool:
+    """Whether block b holds word `address` of `space`."""
+    if b.space is not space or b.empty or address < b.base:
+        return False
+    if b.stride < b.cols:  # rows overlap or touch: one contiguous range
+        return address < b.base + (b.rows - 1) * b.stride + b.cols
+    row, col = divmod(address - b.base, b.stride)
+    return row < b.rows and col < b.cols
+
+
+def _view(array: np.ndarray, b: Block) -> np.ndarray:
+    item = array.itemsize
+    return as_strided(array[b.base:], (b.rows, b.cols), (b.stride * item, item), writeable=True)
+
+
+def verification_cases(max_context: int, max_rows: int) -> list:
+    """(pos, rows) of the runs checked: the first prompt chunk, the last full chunk, the last decode step."""
+    cases = [(0, max_rows), (max_context - max_rows, max_rows), (max_context - 1, 1)]
+    return sorted(set(cases), key=cases.index)
+
+
+class _CardCheck:
+    def __init__(self, card: int, code: list, flow: list, config: ArchConfig, hbm_regions: dict,
+                 host_regions: dict, hbm_words: int, host_words: int, gathers: list):
+        self.card, self.code, self.flow, self.config = card, code, flow, config
+        self.regions = {Space.HBM: hbm_regions, Space.HOST: host_regions}
+        self.limits = {Space.ABUF: config.abuf_words, Space.WBUF: config.wbuf_words, Space.HBM: hbm_words,
+                       Space.HOST: host_words}
+        self.gathers = gathers
+        names = sorted({name for f in flow for name in (*f.writes, *f.reads)})
+        self.ids = {name: i + 1 for i, name in enumerate(names)}
+        self.names = ["(nothing)"] + names
+        self.last_read = np.full(len(self.names), -1, np.int64)
+        for pc, f in enumerate(flow):
+            for name in f.reads:
+                self.last_read[self.ids[name]] = pc
+
+    def fail(self, pc: int, problem: str) -> None:
+        raise PlanError(f"compiler plan check, card {self.card}, instruction {pc} ({self.code[pc]}), run "
+                        f"pos={self.case[0]} rows={self.case[1]}: {problem}")
+
+    def run(self, case: tuple) -> None:
+        self.case = case
+        regs = [0] * NUM_REGS
+        regs[HOST_POS_REG], regs[HOST_ROWS_REG] = case
+        shadows = {Space.ABUF: np.zeros(self.config.abuf_words, np.int32),
+                   Space.WBUF: np.zeros(self.config.wbuf_words, np.int32)}
+        self.written = []
+        gather = 0
+        for pc, inst in enumerate(self.code):
+            if OPCODES[inst.opcode].unit is Unit.CONTROL:
+                if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
+                    regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
+                continue
+            r = Decoded(inst).resolve(regs, self.card)
+            if inst.opcode is Opcode.ALLGATHER:
+                r = r._replace(slices=self.gathers[gather])
+                gather += 1
+            reads, writes = access_blocks(r)
+            flow = self.flow[pc]
+            if len(reads) != len(flow.reads) or len(writes) != len(flow.writes):
+                self.fail(pc, f"its dataflow names {len(flow.reads)} reads and {len(flow.writes)} writes for "
+                              f"{len(reads)} read and {len(writes)} written operands")
+            for block, name in zip(reads, flow.reads):
+                self.check_bounds(pc, block, name, "reads")
+                if block.space in shadows and not block.empty:
+                    self.check_read(pc, block, name, shadows[block.space])
+            checked = set(zip(reads, flow.reads))
+            for block, name in zip(writes, flow.writes):
+                self.check_bounds(pc, block, name, "writes")
+                in_place = (block._replace(operand="src1"), name) in checked  # read as `name` just above
+                if block.space in shadows and not block.empty and not in_place:
+                    self.write(pc, block, name, shadows[block.space])
+            self.written.append((pc, writes))
+
+    def writer(self, space: Space, address: int) -> str:
+        """', written by instruction N (...)' for the last instruction so far that wrote the word, or ''."""
+        for pc, blocks in reversed(self.written):
+            if any(covers(b, space, address) for b in blocks):
+                return f", written by instruction {pc} ({self.code[pc]})"
+        return ""
+
+    def check_bounds(self, pc: int, b: Block, name: str, verb: str) -> None:
+        if b.empty:
+            return
+        space, lo, hi = b.bounds()
+        if b.unbounded:
+            hi = lo + b.cols
+        if lo < 0 or hi > self.limits[space]:
+            self.fail(pc, f"{b.operand} {verb} {space.name} words [{lo}, {hi}) outside the space "
+                          f"({self.limits[space]} words)")
+        if space in self.regions:
+            region = self.regions[space].get(name)
+            if region is None:
+                self.fail(pc, f"{b.operand} names {space.name} region {name!r}, which the map does not have")
+            if not (region[0] <= lo and hi <= region[1]):
+                self.fail(pc, f"{b.operand} {verb} {space.name} words [{lo}, {hi}), outside region {name!r} "
+                              f"[{region[0]}, {region[1]})")
+
+    def check_read(self, pc: int, b: Block, name: str, shadow: np.ndarray) -> None:
+        wrong = _view(shadow, b) != self.ids[name]
+        if wrong.any():
+            row, col = divmod(int(np.argmax(wrong)), b.cols)
+            address = b.base + row * b.stride + col
+            self.fail(pc, f"{b.operand} should read {name!r} but {b.space.name} word {address} (row {row}, column "
+                          f"{col}) holds {self.names[int(shadow[address])]!r}{self.writer(b.space, address)}")
+
+    def write(self, pc: int, b: Block, name: str, shadow: np.ndarray) -> None:
+        new = self.ids[name]
+        held = _view(shadow, b)
+        values = held.ravel()
+        first = values[0]
+        old = (first,) if (values == first).all() else np.flatnonzero(np.bincount(values))
+        for tag in old:
+            tag = int(tag)
+            if tag not in (new, NOTHING) and self.last_read[tag] > pc:
+                i = int(np.argmax((held == tag).ravel()))
+                address = b.base + i // b.cols * b.stride + i % b.cols
+                reader = int(self.last_read[tag])
+                self.fail(pc, f"{b.operand} writes {name!r} over {b.space.name} word {address}, which holds "
+                              f"{self.names[tag]!r}, still read by instruction {reader} ({self.code[reader]}): "
+                              "two live regions overlap")
+        held[...] = new
+
+
+def allgather_slices(programs: list) -> list:
+    """For each ALLGATHER in program order, the (n, k) of every card (immediates, as the compiler emits them)."""
+    per_card = [[(inst.n.imm, inst.k.imm) for inst in code if inst.opcode is Opcode.ALLGATHER] for code in programs]
+    counts = {len(g) for g in per_card}
+    if len(counts) != 1:
+        raise PlanError(f"compiler plan check: the cards' programs have different ALLGATHER counts "
+                        f"{[len(g) for g in per_card]}")
+    return [tuple(g[i] for g in per_card) for i in range(counts.pop())]
+
+
+def verify_card(card: int, code: list, flow: list, config: ArchConfig, *, hbm_regions: dict, host_regions: dict,
+                hbm_words: int, host_words: int, gathers: list, cases: list) -> None:
+    """Raises PlanError when card `card`'s program (with its dataflow `flow`) breaks an invariant in any of
+    the runs `cases` ((pos, rows) pairs). Regions are {name: (first word, end word)}."""
+    if len(code) != len(flow):
+        raise PlanError(f"compiler plan check, card {card}: {len(code)} instructions but {len(flow)} dataflow entries")
+    check = _CardCheck(card, code, flow, config, hbm_regions, host_regions, hbm_words, host_words, gathers)
+    for case in cases:
+        check.run(case)
