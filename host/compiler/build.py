@@ -390,7 +390,7 @@ class CardBuilder:
         hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
         qkv, pending, L = plan["QKV"], None, f"L{layer}."
         for group, (start, stop) in enumerate(self.groups):
-            if group and pending and plan.kv_areas == 1:
+            if group and pending and self.one_kv_area:
                 # One KV area: the next group's keys and values overwrite the pending head's V^T.
                 self._weighted_values(*pending)
                 pending = None
@@ -406,7 +406,7 @@ class CardBuilder:
                 self.stream.hold = len(self.pieces)
                 self.stream.fill()
             for h in range(start, stop):
-                if pending and plan.score_areas == 1:
+                if pending and self.one_score_area:
                     # One score area: head h's scores overwrite the pending head's.
                     self._weighted_values(*pending)
                     pending = None
@@ -417,6 +417,16 @@ class CardBuilder:
                 pending = (layer, h, scores, values_t + (h - start) * hd * tmax, value_name)
         if pending:
             self._weighted_values(*pending)
+
+    @property
+    def one_kv_area(self) -> bool:
+        """Head groups share one KV area: a pending weighted sum must be issued before the next group's load."""
+        return self.plan.kv_areas == 1
+
+    @property
+    def one_score_area(self) -> bool:
+        """Heads share one score area: a pending weighted sum must be issued before the next head's scores."""
+        return self.plan.score_areas == 1
 
     def _head_names(self, layer: int, h: int) -> tuple[str, str, str]:
         """The names of local head h's scores (then probabilities), row maximum and row sum."""
