@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import click
 from rich.console import Console
@@ -25,6 +25,8 @@ from ringgpt.hw.config import ConfigError, ConfigMismatchError
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main():\n\t"
 """In the bundled model's style (the standard library, indented with tabs)."""
 EXIT_USER_ERROR = 2
+EXIT_CHECK_FAILED = 3
+"""The appliance disagrees with the PyTorch FP32 reference beyond the stated bound (`generate`'s check, `check`)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,14 @@ class Request:
     check_reference: bool = True
 
 
-Backend = Callable[[Request, Callable[[int], None], Console], list[str]]
+@dataclass
+class Summary:
+    """What a backend reports after the text: status lines, and whether the reference check failed."""
+    lines: list[str] = field(default_factory=list)
+    check_failed: bool = False
+
+
+Backend = Callable[[Request, Callable[[int], None], Console], "Summary | list[str]"]
 
 
 def reference_backend(request: Request, on_token: Callable[[int], None], status: Console) -> list[str]:
@@ -73,12 +82,13 @@ def sim_backend(request: Request, on_token: Callable[[int], None], status: Conso
              f"in {report.compile_s:.1f} s",
              f"modeled {report.config}: time to first token {1e3 * result.ttft_s:.2f} ms; decode {per_token}"]
     check = report.reference
-    if check is not None:
-        verdict = ("tokens match" if check.tokens_match
-                   else f"tokens differ from generated token {check.first_mismatch}")
-        lines.append(f"PyTorch FP32 reference: {verdict}; logits relative RMS error {check.logits_rel_rms:.1e} "
-                     f"over {check.steps_compared} steps")
-    return lines
+    if check is None:
+        return Summary(lines)
+    lines.append(check.verdict())
+    if not check.passed:
+        lines.append(f"the layer-by-layer comparison: ringgpt check --model {request.model} --config "
+                     f"{request.config} --cards {request.cards}")
+    return Summary(lines, check_failed=not check.passed)
 
 
 BACKENDS: dict[str, Backend] = {"sim": sim_backend, "reference": reference_backend}
@@ -109,7 +119,9 @@ def main() -> None:
     """ringgpt: GPT-2 text generation on a DFX-style FPGA appliance and its references."""
 
 
-@main.command("generate")
+@main.command("generate", epilog=f"Exit status: 0; {EXIT_CHECK_FAILED} when the appliance's tokens or logits fail the "
+              f"check against the PyTorch FP32 reference (the same tokens, logits within the stated bound); {EXIT_USER_ERROR} "
+              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @click.option("--model", default="bundled", show_default=True,
               help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
@@ -132,7 +144,10 @@ def main() -> None:
 def generate_command(prompt: str, model: str, backend: str, config_name: str, cards: int, check_reference: bool,
                      max_new_tokens: int, greedy: bool, temperature: float, top_k: int, top_p: float, seed: int,
                      dtype: str, device: str) -> None:
-    """Generate text after PROMPT, streaming tokens to stdout as they are chosen."""
+    """Generate text after PROMPT, streaming tokens to stdout as they are chosen.
+
+    The sim backend then checks the tokens and logits against the PyTorch FP32 reference and prints one
+    verdict, PASS or FAIL, against the stated bound; FAIL exits 3."""
     status = Console(stderr=True)
     tokenizer = load_tokenizer()
     sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
@@ -152,6 +167,68 @@ def generate_command(prompt: str, model: str, backend: str, config_name: str, ca
             click.echo(stream.push(token_id), nl=False)
 
     summary = BACKENDS[backend](request, on_token, status)
+    if not isinstance(summary, Summary):
+        summary = Summary(list(summary))
     click.echo(stream.flush())
-    for line in summary:
-        status.print(Text(line))
+    for line in summary.lines:
+        status.print(Text(line), soft_wrap=True)  # one line each, whatever the width (logs grep the verdict)
+    if summary.check_failed:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@main.command("check", epilog=f"Exit status: 0 when every value is within its bound and the tokens match; "
+              f"{EXIT_CHECK_FAILED} when something leaves its bound (the first place is named); {EXIT_USER_ERROR} "
+              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails.")
+@click.argument("prompt", required=False, default=DEFAULT_PROMPT)
+@click.option("--model", default="bundled", show_default=True,
+              help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
+@click.option("--config", "config_name", default="u280", show_default=True, help="architecture preset")
+@click.option("--cards", type=click.IntRange(1, 4), default=4, show_default=True, help="cards on the ring")
+@click.option("--steps", "--max-new-tokens", "steps", type=click.IntRange(0, None), default=4, show_default=True,
+              help="teacher-forced decode steps after the prompt (the reference's greedy tokens)")
+@click.option("--max-context", type=click.IntRange(1, None), default=1024, show_default=True,
+              help="context the image is compiled for (at most the model's positions)")
+@click.option("--max-rows", type=click.IntRange(1, None), default=None,
+              help="tokens per prompt run (default: as many as the activation buffer holds)")
+@click.option("--all-runs", is_flag=True, help="one table row per run and probe instead of the worst over runs")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="also write the full report (every probe, card and run) as JSON")
+def check_command(prompt: str, model: str, config_name: str, cards: int, steps: int, max_context: int,
+                  max_rows: int | None, all_runs: bool, json_path: str | None) -> None:
+    """Compare the compiled programs on the functional simulator with the PyTorch FP32 reference, layer by layer.
+
+    Runs PROMPT and then STEPS teacher-forced decode steps, snapshots every probed value (embedding, LN1, QKV,
+    attention, projection, residual, LN2, MLP hidden, MLP out, residual, final LN, logits) on every card after
+    the instruction that wrote it, and reports each one's relative RMS error against the reference, its bound,
+    and the first place where an error leaves its bound: the card, the pc and the instruction."""
+    import torch
+
+    from ringgpt.host import check
+    from ringgpt.host.compiler import compile_model
+    from ringgpt.host.runtime import cached_image
+    from ringgpt.hw.config import get_config
+    from ringgpt.sim.functional import SimulatorDevice
+
+    status = Console(stderr=True)
+    out = Console(width=max(Console().width, 120))
+    prompt_ids = load_tokenizer().encode(prompt)
+    net = load_model(model, dtype=torch.float32)
+    arch = get_config(config_name, cards)
+    context = min(max_context, net.config.n_positions)
+    with status.status(Text(f"compiling {model} for {arch.name}")):
+        if max_rows is None:
+            image, _ = cached_image(net, arch, context)
+        else:
+            image = compile_model(net, arch, context, max_rows=max_rows)
+    status.print(Text(f"checking {model} on {arch.name} (functional simulator) against PyTorch FP32: "
+                      f"{len(prompt_ids)} prompt tokens, {steps} decode steps", style="dim"))
+    report = check.check_layers(net, image, SimulatorDevice(arch), prompt_ids, decode_steps=steps)
+    out.print(check.report_table(report, all_runs=all_runs, title=f"ringgpt check: {model} on {arch.name}"))
+    if report.missing:
+        out.print(Text(f"not probed by this image: {', '.join(report.missing)}", style="yellow"))
+    verdict = report.verdict()
+    out.print(Text(verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
+    if json_path:
+        check.write_json(report, json_path)
+    if not report.passed:
+        sys.exit(EXIT_CHECK_FAILED)

@@ -5,15 +5,26 @@ subclass) with the card, pc and instruction when a run fails."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import Space
+
+MemoryReader = Callable[[Space, int, int], np.ndarray]
+"""read(space, address, count): a copy of `count` words of one card's memory as it is at that moment."""
+WatchCallback = Callable[[int, int, MemoryReader], None]
+"""callback(card, pc, read), called right after card `card` has executed the instruction at `pc`."""
 
 
 class DeviceError(RuntimeError):
     """A run that stopped on an error: illegal instruction, bad address, deadlock, timeout."""
+
+
+class WatchUnsupportedError(DeviceError):
+    """Device.run_watched on a back end that cannot stop after a given instruction."""
 
 
 @dataclass
@@ -61,6 +72,17 @@ class Device(ABC):
     @abstractmethod
     def run(self, pos: int, rows: int) -> RunStats:
         """Runs every card's program with R1 = pos, R2 = rows until all HALT."""
+
+    supports_watch: bool = False
+    """Whether run_watched works on this back end (the optional hook of `ringgpt check`)."""
+
+    def run_watched(self, pos: int, rows: int, watch: Mapping[tuple[int, int], WatchCallback]) -> RunStats:
+        """Optional: `run`, calling watch[(card, pc)](card, pc, read) right after card `card` has executed the
+        instruction at `pc` (cards run their programs in order and have no branches, so once per run), with
+        `read(space, address, count)` returning a copy of that card's memory words as they are then. What a
+        callback does must not change the run. Back ends that cannot stop there raise WatchUnsupportedError."""
+        raise WatchUnsupportedError(f"{type(self).__name__} cannot watch instructions (no run_watched): "
+                                    "layer-by-layer checks run on the functional simulator")
 
     @abstractmethod
     def status(self) -> DeviceStatus:

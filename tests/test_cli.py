@@ -1,6 +1,7 @@
 """`ringgpt generate` through click's CliRunner on a synthetic model: streamed text equals the reference tokens
-(reference backend) and the appliance's tokens (sim backend, the default), status lines on stderr, bad input
-exits 2 with one line and no traceback."""
+(reference backend) and the appliance's tokens (sim backend, the default), status lines on stderr, one verdict
+against the reference (a failed check exits 3), bad input exits 2 with one line and no traceback."""
+import dataclasses
 import sys
 
 import pytest
@@ -105,7 +106,8 @@ def test_sim_backend_is_the_default_and_matches_the_reference(image_cache):
     assert result.stdout == expected_text("Hello world", SamplingConfig(max_new_tokens=5))
     assert "5 tokens on u280-x2" in result.stderr and "tokens/s" in result.stderr
     assert "modeled u280-x2: time to first token" in result.stderr and "ms/token" in result.stderr
-    assert "PyTorch FP32 reference: tokens match" in result.stderr
+    assert "PyTorch FP32 reference: PASS (tokens match, logits relative RMS error " in result.stderr
+    assert "<= 1e-02 bound, over 5 steps)" in result.stderr
     again = CliRunner().invoke(cli.main, args + ["--no-check-reference"])
     assert again.exit_code == 0 and again.stdout == result.stdout
     assert "image cached" in again.stderr and "PyTorch FP32 reference" not in again.stderr
@@ -119,3 +121,25 @@ def test_sim_backend_bad_input(args, phrase, image_cache):
     result = CliRunner().invoke(cli.main, ["generate", "--model", TINY, "--max-new-tokens", "2", *args])
     assert result.exit_code == 2 and phrase in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_sim_backend_exits_3_when_the_reference_check_fails(image_cache, monkeypatch):
+    """One verdict against the stated bound: logits beyond it are a FAIL and exit 3, even with matching tokens."""
+    from ringgpt.host.runtime import generation
+    real = generation.check_against_reference
+
+    def strict(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), bound=1e-9)
+    monkeypatch.setattr(generation, "check_against_reference", strict)
+    args = ["generate", "--model", TINY, "--max-new-tokens", "3", "--cards", "1", "Hello world"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == cli.EXIT_CHECK_FAILED == 3, result.output
+    assert result.stdout == expected_text("Hello world", SamplingConfig(max_new_tokens=3))
+    assert "PyTorch FP32 reference: FAIL (tokens match, logits relative RMS error " in result.stderr
+    assert "> 1e-09 bound" in result.stderr and "ringgpt check --model" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_generate_help_documents_the_exit_status():
+    result = CliRunner().invoke(cli.main, ["generate", "--help"])
+    assert result.exit_code == 0 and "3 when the appliance's tokens or logits fail" in result.output

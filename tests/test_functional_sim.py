@@ -483,3 +483,39 @@ def test_timing_only_run_still_checks_addresses():
     device = device_for("NOP\nLOAD dst=ABUF[0] src1=HBM[4090] rows=1 n=8\nHALT", compute=False)
     with pytest.raises(AddressFault, match=r"reads HBM words \[4090, 4098\), beyond the image's HBM memory map"):
         device.run(0, 1)
+
+
+# --- watch points (run_watched, the hook of `ringgpt check`) -----------------------------------------------------
+def test_run_watched_sees_memory_right_after_the_instruction():
+    """Callbacks run after their instruction and before the next (the value is overwritten later), on the
+    right card, including after an ALLGATHER (all blocks landed) and at HALT; memory and stats equal run()'s."""
+    texts = [f"VADD dst=ABUF[0] src1=ABUF[0] src2=IMM[0x{0x4000 + 0x100 * c:04x}] rows=1 n=2\n"  # 0 + 2, 0 + 2.5
+             "ALLGATHER dst=ABUF[8] src1=ABUF[0] rows=1 n=2 k=" + str(2 * c) + " dst_stride=4 src1_stride=2\n"
+             "VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=1 n=2\n"
+             "HALT" for c in range(2)]
+    seen = []
+
+    def callback(card, pc, read):
+        seen.append((card, pc, read(Space.ABUF, 0, 2).tolist(), read(Space.ABUF, 8, 4).tolist()))
+    device = device_for(texts)
+    stats = device.run_watched(0, 1, {(0, 0): callback, (1, 1): callback, (1, 2): callback, (0, 3): callback})
+    assert sorted(seen) == [(0, 0, [2.0, 2.0], [0, 0, 0, 0]),
+                            (0, 3, [4.0, 4.0], [2.0, 2.0, 2.5, 2.5]),
+                            (1, 1, [2.5, 2.5], [2.0, 2.0, 2.5, 2.5]),
+                            (1, 2, [5.0, 5.0], [2.0, 2.0, 2.5, 2.5])]
+    plain = device_for(texts)
+    assert plain.run(0, 1).cycles == stats.cycles
+    for card in range(2):
+        assert np.array_equal(bits(plain.memory(card, Space.ABUF)), bits(device.memory(card, Space.ABUF)))
+    seen.clear()
+    device.run(0, 1)  # the watch lasts one run
+    assert seen == [] and all(card.watch is None for card in device.cards)
+    assert device.supports_watch
+
+
+def test_run_watched_rejects_pcs_outside_the_program():
+    device = device_for("NOP\nHALT")
+    with pytest.raises(ValueError, match="pc 2: the card's program has pc 0..1"):
+        device.run_watched(0, 1, {(0, 2): lambda card, pc, read: None})
+    with pytest.raises(HostAccessError, match="card 1 does not exist"):
+        device.run_watched(0, 1, {(1, 0): lambda card, pc, read: None})

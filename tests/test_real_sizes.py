@@ -19,14 +19,9 @@ from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.generate import generate as reference_generate
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
-from ringgpt.host.runtime import Appliance, relative_rms
+from ringgpt.host.runtime import LOGITS_BOUND, Appliance, relative_rms
 from ringgpt.hw.config import get_config
 from ringgpt.sim.functional import SimulatorDevice
-
-try:
-    from ringgpt.host.runtime import LOGITS_BOUND
-except ImportError:  # the bound's single definition moves to the runtime
-    from test_appliance_accuracy import LOGITS_BOUND
 
 WIDTHS = {"124m": (768, 12), "345m": (1024, 16), "774m": (1280, 20), "1.5b": (1600, 25)}
 VOCAB = 2048
@@ -82,6 +77,8 @@ def check_case(width: str, layers: int, cards_list: tuple, prompt_len) -> dict:
     for cards in cards_list[1:]:
         assert np.array_equal(results[cards], results[cards_list[0]]), \
             f"{width}: {cards} cards differ from {cards_list[0]}"
+    print(f"\n{width} x{layers} layers, prompt {length} ({report[cards_list[0]][1]} runs of up to {max_rows}): "
+          + ", ".join(f"{cards} cards {error:.2e}" for cards, (error, _) in report.items()))
     if prompt_len == "past_max_rows":
         assert report[cards_list[0]][1] >= 2, "the prompt should have run in several chunks"
     return report

@@ -19,6 +19,12 @@ from ringgpt.hw.config import get_config
 from ringgpt.sim.functional import SimulatorDevice
 
 
+LOGITS_BOUND = 1e-2
+"""The stated end-to-end accuracy bound of the appliance: the relative RMS error of its logits against the PyTorch
+FP32 reference (FP16 storage, FP32 accumulation; about 1e-3 is typical). Defined here once: the CLI's verdict,
+`ringgpt check` and the accuracy tests use it."""
+
+
 def relative_rms(values: np.ndarray, reference: np.ndarray) -> float:
     """sqrt(mean((values - reference)^2)) / sqrt(mean(reference^2))."""
     values, reference = np.asarray(values, np.float64), np.asarray(reference, np.float64)
@@ -37,6 +43,27 @@ class ReferenceCheck:
     logits_rel_rms: float
     """Relative RMS error of the appliance's logits over those steps."""
     wall_s: float
+    mismatch_margin: float | None = None
+    """At the first mismatch: the reference's logit of its token minus its logit of the appliance's token (a
+    margin near zero is a near tie that FP16 rounding can flip; a large one is a wrong result)."""
+    bound: float = LOGITS_BOUND
+
+    @property
+    def passed(self) -> bool:
+        """The one verdict: the same tokens and logits within the stated bound."""
+        return self.tokens_match and self.logits_rel_rms <= self.bound
+
+    def verdict(self) -> str:
+        """"PyTorch FP32 reference: PASS (tokens match, logits relative RMS error 1.3e-03 <= 1e-02 bound ...)"."""
+        if self.tokens_match:
+            tokens = "tokens match"
+        else:
+            tokens = f"tokens differ from generated token {self.first_mismatch}"
+            if self.mismatch_margin is not None:
+                tokens += f" (reference logit margin {self.mismatch_margin:.3g})"
+        relation = "<=" if self.logits_rel_rms <= self.bound else ">"
+        return (f"PyTorch FP32 reference: {'PASS' if self.passed else 'FAIL'} ({tokens}, logits relative RMS error "
+                f"{self.logits_rel_rms:.1e} {relation} {self.bound:.0e} bound, over {self.steps_compared} steps)")
 
 
 def check_against_reference(model, result: ApplianceResult, sampling: SamplingConfig) -> ReferenceCheck:
@@ -52,7 +79,9 @@ def check_against_reference(model, result: ApplianceResult, sampling: SamplingCo
         first = common
     steps = common if first is None else min(first + 1, common)
     error = relative_rms(result.logits[:steps], ref.logits[:steps])
-    return ReferenceCheck(list(theirs), first is None, first, steps, error, wall_s)
+    margin = (float(ref.logits[first][theirs[first]] - ref.logits[first][ours[first]])
+              if first is not None and first < common else None)
+    return ReferenceCheck(list(theirs), first is None, first, steps, error, wall_s, margin)
 
 
 @dataclass

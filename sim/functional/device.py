@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
-from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
+from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats, WatchCallback
 from ringgpt.host.image import ApplianceImage, ImageError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
@@ -130,8 +131,25 @@ class SimulatorDevice(Device):
         view.flags.writeable = False
         return view
 
+    supports_watch = True
+
     def run(self, pos: int, rows: int) -> RunStats:
         """Runs every card's program with R1 = pos, R2 = rows; the RunStats come from the cycle model."""
+        return self._run(pos, rows, None)
+
+    def run_watched(self, pos: int, rows: int, watch: Mapping[tuple[int, int], WatchCallback]) -> RunStats:
+        """`run`, calling watch[(card, pc)](card, pc, read) right after card `card` has executed the instruction
+        at `pc` (an ALLGATHER: once every card's block has landed); read(space, address, count) returns a copy
+        of that card's memory words. Bit-exact with `run`: the callbacks only read. With compute=False the
+        memories hold no data (zeros)."""
+        for card, pc in watch:
+            target = self._card(card)
+            if not (isinstance(pc, (int, np.integer)) and 0 <= pc < len(target.program)):
+                raise ValueError(f"watch at card {card} pc {pc!r}: the card's program has pc "
+                                 f"0..{len(target.program) - 1}")
+        return self._run(pos, rows, watch)
+
+    def _run(self, pos: int, rows: int, watch) -> RunStats:
         if not self.cards:
             raise NotLoadedError("no appliance image is loaded; call load() first")
         for name, value in (("pos", pos), ("rows", rows)):
@@ -140,11 +158,15 @@ class SimulatorDevice(Device):
         started = time.perf_counter()
         for card in self.cards:
             card.start(int(pos), int(rows))
+            card.watch = _card_watch(card, watch) if watch else None
         try:
             run_ring(self.cards, self.max_steps)
         except DeviceError as exc:
             self._last_error = str(exc)
             raise
+        finally:
+            for card in self.cards:
+                card.watch = None
         report = schedule([card.trace for card in self.cards], self.config)
         self.last_report = report
         self._runs += 1
@@ -162,3 +184,18 @@ class SimulatorDevice(Device):
     def close(self) -> None:
         self.cards = []
         self.last_report = None
+
+
+def _card_watch(card: Card, watch: Mapping) -> dict | None:
+    """The card's pc -> callback(card, pc) map for Card.watch: each calls the user's callback with a reader."""
+    def reader(space: Space, address: int, count: int) -> np.ndarray:
+        mem = card.mem[space]
+        if not (0 <= address and 0 <= count and address + count <= mem.size):
+            raise HostAccessError(f"card {card.index}: watch read of {space.name} words [{address}, "
+                                  f"{address + count}) outside its {mem.size} words")
+        return mem[address:address + count].copy()
+
+    def bind(callback):
+        return lambda index, pc: callback(index, pc, reader)
+    mine = {pc: bind(callback) for (index, pc), callback in watch.items() if index == card.index}
+    return mine or None

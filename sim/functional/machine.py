@@ -15,12 +15,11 @@ import numpy as np
 
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space
+from ringgpt.hw.isa import NUM_REGS, REG_MASK, Instruction, Opcode, Space, control_result
 from ringgpt.sim.cycle_model import Resolved, access_ranges
 from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
-MASK32 = 0xFFFFFFFF
 _UNARY = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}
@@ -48,9 +47,9 @@ class Decoded:
         last_key, resolved = self._last
         if key == last_key:
             return resolved
-        operands = [(space, (offset + regs[reg]) & MASK32) if reg else (space, offset)
+        operands = [(space, (offset + regs[reg]) & REG_MASK) if reg else (space, offset)
                     for space, reg, offset in self.operands]
-        rows, n, k, pos = [(imm + regs[reg]) & MASK32 if reg else imm for reg, imm in self.dims]
+        rows, n, k, pos = [(imm + regs[reg]) & REG_MASK if reg else imm for reg, imm in self.dims]
         resolved = Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
         self._last = (key, resolved)
         return resolved
@@ -90,6 +89,9 @@ class Card:
         self.state = State.RUNNING
         self.pending: Resolved | None = None
         self.trace: list = []
+        self.watch: dict | None = None
+        """pc -> callback(card index, pc), called right after the instruction at pc has executed (None: no
+        watch, the fast path). Set by SimulatorDevice.run_watched for one run."""
         self._execute = {Opcode.NOP: _nothing, Opcode.BARRIER: _nothing,
                          Opcode.SETI: self._control, Opcode.ADDI: self._control, Opcode.MULI: self._control,
                          Opcode.ADD: self._control, Opcode.LOAD: self._copy, Opcode.STORE: self._copy,
@@ -126,6 +128,8 @@ class Card:
             if op is Opcode.HALT:
                 self.state = State.HALTED
                 trace.append(r)
+                if self.watch is not None and self.pc in self.watch:
+                    self.watch[self.pc](index, self.pc)
                 return
             if op is Opcode.ALLGATHER:
                 self.state = State.WAIT_GATHER
@@ -147,6 +151,8 @@ class Card:
         self.pending = None
         self.state = State.RUNNING
         self.pc += 1
+        if self.watch is not None and self.pc - 1 in self.watch:
+            self.watch[self.pc - 1](self.index, self.pc - 1)
 
     # --- memory access -------------------------------------------------------------------------
     def _check(self, name: str, space: Space, lo: int, hi: int, verb: str, what: str = "") -> None:
@@ -203,11 +209,8 @@ class Card:
 
     def _control(self, r: Resolved) -> None:
         rd, rs, rt, imm = self.program[self.pc].ctrl
-        regs = self.regs
-        value = {Opcode.SETI: imm, Opcode.ADDI: regs[rs] + imm, Opcode.MULI: regs[rs] * imm,
-                 Opcode.ADD: regs[rs] + regs[rt]}[r.op]
         if rd:
-            regs[rd] = value & MASK32
+            self.regs[rd] = control_result(r.op, self.regs, rs, rt, imm)
 
     def _copy(self, r: Resolved) -> None:
         src = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
