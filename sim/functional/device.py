@@ -11,10 +11,10 @@ import numpy as np
 from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats, WatchCallback
 from ringgpt.host.image import ApplianceImage, ImageError
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
+from ringgpt.hw.isa import REG_MASK, IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
 from ringgpt.sim.cycle_model import CycleReport, schedule
 from ringgpt.sim.functional.errors import HostAccessError, IllegalInstructionFault, NotLoadedError
-from ringgpt.sim.functional.machine import MASK32, Card, Decoded, run_ring
+from ringgpt.sim.functional.machine import Card, Decoded, run_ring
 
 DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
@@ -153,8 +153,8 @@ class SimulatorDevice(Device):
         if not self.cards:
             raise NotLoadedError("no appliance image is loaded; call load() first")
         for name, value in (("pos", pos), ("rows", rows)):
-            if not (isinstance(value, (int, np.integer)) and 0 <= value <= MASK32):
-                raise ValueError(f"{name} must be an integer in 0..{MASK32}, got {value!r}")
+            if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
+                raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
         started = time.perf_counter()
         for card in self.cards:
             card.start(int(pos), int(rows))
