@@ -58,8 +58,9 @@ from ringgpt.host.reference.generate import validate_prompt
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime.appliance import Appliance
 from ringgpt.host.runtime.generation import LOGITS_BOUND, relative_rms
-from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, decode
-from ringgpt.sim.cycle_model import Resolved
+from ringgpt.hw.isa import Instruction, Opcode, Space, decode
+from ringgpt.sim.cycle_model import Resolved, access_blocks
+from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
 
 SUB_BLOCKS = {
     # kind: (what it is, bound on the relative RMS error against FP32)
@@ -220,90 +221,34 @@ class CheckReport:
 
 
 # --- the program, resolved for one run --------------------------------------------------------------------------
-def resolve_program(program, card: int, cards: int, pos: int, rows: int) -> list:
-    """The card's instructions with registers resolved for a run at (pos, rows), as the device executes them
-    (control instructions applied in order; no branches). ALLGATHER slices are left empty (see `_with_slices`)."""
-    regs = [0] * NUM_REGS
-    regs[1], regs[2] = pos, rows
-    resolved = []
-    for item in program.instructions:
-        inst = item if isinstance(item, Instruction) else decode(item)
-        op = inst.opcode
-        if op in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD):
-            value = {Opcode.SETI: inst.imm, Opcode.ADDI: regs[inst.rs] + inst.imm,
-                     Opcode.MULI: regs[inst.rs] * inst.imm, Opcode.ADD: regs[inst.rs] + regs[inst.rt]}[op]
-            if inst.rd:
-                regs[inst.rd] = value & 0xFFFFFFFF
-        operands = [(o.space, (o.offset + regs[o.reg]) & 0xFFFFFFFF if o.reg else o.offset)
-                    for o in (inst.dst, inst.src1, inst.src2, inst.aux)]
-        dims = [(d.imm + regs[d.reg]) & 0xFFFFFFFF if d.reg else d.imm for d in (inst.rows, inst.n, inst.k, inst.pos)]
-        resolved.append((inst, Resolved(op, card, *dims, *operands, inst.dst_stride, inst.src1_stride,
-                                        inst.src2_stride, inst.aux_stride, inst.flags)))
-    return resolved
+def _instructions(program) -> list:
+    return [item if isinstance(item, Instruction) else decode(item) for item in program.instructions]
 
 
-def _with_slices(programs: list) -> list:
-    """Fills every ALLGATHER's slices ((n, k) of each card, in card order): the i-th ALLGATHERs of all cards meet."""
-    gathers = [[pc for pc, (_, r) in enumerate(p) if r.op is Opcode.ALLGATHER] for p in programs]
-    for meeting in zip(*gathers):
-        slices = tuple((programs[c][pc][1].n, programs[c][pc][1].k) for c, pc in enumerate(meeting))
-        for c, pc in enumerate(meeting):
-            inst, r = programs[c][pc]
-            programs[c][pc] = (inst, r._replace(slices=slices))
-    return programs
+def _abuf_writes(r: Resolved | None) -> list:
+    """The ABUF blocks an instruction writes (none for control instructions)."""
+    return [] if r is None else [b for b in access_blocks(r)[1] if b.space is Space.ABUF]
 
 
-def _in_block(address: int, base: int, rows: int, cols: int, stride: int) -> int | None:
-    """The row of a rows x cols block (row i at base + i * stride) that holds `address` (the last such row when
-    rows overlap, as they are written in order), or None."""
-    offset = address - base
-    if rows <= 0 or cols <= 0 or offset < 0:
-        return None
-    if stride <= 0:
-        return rows - 1 if offset < cols else None
-    last = min(rows - 1, offset // stride)
-    return last if offset - last * stride < cols else None
-
-
-def _abuf_writes(r: Resolved) -> list:
-    """The ABUF blocks (base, rows, cols, stride) an instruction writes."""
-    op = r.op
-    blocks = []
-    if op in (Opcode.LOAD, Opcode.STORE, Opcode.GATHER, Opcode.RECV, Opcode.MATMUL, Opcode.MASKED_QK,
-              Opcode.VADD, Opcode.VSUB, Opcode.VMUL, Opcode.VSCALE_SHIFT, Opcode.VEXP, Opcode.VRECIP,
-              Opcode.VRSQRT, Opcode.VGELU, Opcode.VSUM, Opcode.VDOT, Opcode.VMAX):
-        if op in (Opcode.LOAD, Opcode.STORE) and r.flags.transpose:
-            blocks.append((r.dst, r.n, r.rows, r.dst_stride))
-        elif op in (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX):
-            blocks.append((r.dst, r.rows, 1, r.dst_stride))
-        else:
-            blocks.append((r.dst, r.rows, r.n, r.dst_stride))
-        if op is Opcode.MASKED_QK:
-            blocks.append((r.aux, r.rows, 1, r.aux_stride))
-    elif op is Opcode.ALLGATHER:
-        blocks += [((r.dst[0], r.dst[1] + k), r.rows, n, r.dst_stride) for n, k in r.slices]
-    return [(base, rows, cols, stride) for (space, base), rows, cols, stride in blocks if space is Space.ABUF]
-
-
-def last_writer(programs: list, card: int, pc: int, address: int) -> Writer | None:
+def last_writer(programs: list, runs: list, card: int, pc: int, address: int) -> Writer | None:
     """The instruction that last wrote ABUF word `address` of `card` at or before `pc`, followed through ALLGATHERs
-    to the card whose block carried the word. `programs`: every card's resolve_program output, with slices."""
+    to the card whose block carried the word. `programs`: every card's instructions; `runs`: every card's
+    instructions resolved for the run, with ALLGATHER slices (sim.functional.machine.with_gather_slices)."""
     gathered = None
     while True:
         found = next((at for at in range(pc, -1, -1)
-                      if any(_in_block(address, *block) is not None for block in _abuf_writes(programs[card][at][1]))),
-                     None)
+                      if any(b.holds(Space.ABUF, address) for b in _abuf_writes(runs[card][at]))), None)
         if found is None:
             return gathered  # the word came in through an ALLGATHER (or was never written this run)
-        inst, r = programs[card][found]
+        r = runs[card][found]
         if r.op is not Opcode.ALLGATHER:
-            return Writer(card, found, str(inst))
-        gathered = Writer(card, found, str(inst))
+            return Writer(card, found, str(programs[card][found]))
+        gathered = Writer(card, found, str(programs[card][found]))
         row, col = divmod(address - r.dst[1], r.dst_stride) if r.dst_stride else (0, address - r.dst[1])
         source = next(c for c, (n, k) in enumerate(r.slices) if k <= col < k + n)
-        ordinal = sum(1 for _, x in programs[card][:found] if x.op is Opcode.ALLGATHER)
-        source_pc = [at for at, (_, x) in enumerate(programs[source]) if x.op is Opcode.ALLGATHER][ordinal]
-        sr = programs[source][source_pc][1]
+        ordinal = sum(1 for x in runs[card][:found] if x is not None and x.op is Opcode.ALLGATHER)
+        source_pc = [at for at, x in enumerate(runs[source]) if x is not None and x.op is Opcode.ALLGATHER][ordinal]
+        sr = runs[source][source_pc]
         card, pc, address = source, source_pc - 1, sr.src1[1] + row * sr.src1_stride + (col - sr.k)
 
 
@@ -468,9 +413,10 @@ def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int]
                                      + abuf_col, bounds.get(probe_kind(probe["name"]), LOGITS_BOUND))
                 if not result.passed:
                     if programs is None:
-                        programs = _with_slices([resolve_program(c.program, i, cards, pos, rows)
-                                                 for i, c in enumerate(image.cards)])
-                    result.writer = last_writer(programs, card, probe["pc"], result.worst_addr)
+                        programs = [_instructions(c.program) for c in image.cards]
+                        resolved = with_gather_slices([resolve_run(code, i, pos, rows)
+                                                       for i, code in enumerate(programs)])
+                    result.writer = last_writer(programs, resolved, card, probe["pc"], result.worst_addr)
                 run_results.append(result)
         run_results.sort(key=lambda r: (probe_rank(r.name), r.card))
         results += run_results

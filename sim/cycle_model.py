@@ -118,6 +118,15 @@ class Block(NamedTuple):
     def empty(self) -> bool:
         return self.rows <= 0 or self.cols <= 0
 
+    def holds(self, space: Space, address: int) -> bool:
+        """Whether the block touches word `address` of `space`."""
+        if space is not self.space or self.empty or address < self.base:
+            return False
+        if self.stride < self.cols:  # rows overlap or touch: one contiguous range
+            return address < self.base + (self.rows - 1) * self.stride + self.cols
+        row, col = divmod(address - self.base, self.stride)
+        return row < self.rows and col < self.cols
+
     def bounds(self):
         """(space, lo, hi): the bounding word range, or None when empty."""
         if self.empty:

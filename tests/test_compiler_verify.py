@@ -9,7 +9,7 @@ from transformers import GPT2LMHeadModel
 
 from ringgpt.host.compiler import build, compile_model
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
-from ringgpt.host.compiler.verify import PlanError, verification_cases, verify_card
+from ringgpt.host.compiler.verify import CardPlan, PlanError, verification_cases, verify_programs
 from ringgpt.host.reference.models import load_model, size_config
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Opcode
@@ -20,8 +20,7 @@ HOST_REGIONS = {"ids": (0, 8), "logits": (8, 72)}
 
 
 def check(asm: Asm, cases=((0, 4),), hbm_words: int = 8192) -> None:
-    verify_card(0, asm.code, asm.flow, CFG, hbm_regions=HBM_REGIONS, host_regions=HOST_REGIONS,
-                hbm_words=hbm_words, host_words=72, gathers=[], cases=list(cases))
+    verify_programs([CardPlan(asm.code, asm.flow, HBM_REGIONS, HOST_REGIONS, hbm_words, 72)], CFG, list(cases))
 
 
 def two_loads_and_a_sum(asm: Asm) -> None:

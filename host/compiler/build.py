@@ -11,7 +11,7 @@ from ringgpt.host.compiler.errors import CapacityError, CompileError
 from ringgpt.host.compiler.layout import STAT_WORDS, AbufPlan, CardShape, HbmMap, Stat, align_up, choose_abuf_plans
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
-from ringgpt.host.compiler.verify import allgather_slices, verification_cases, verify_card
+from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import weights_hash
 from ringgpt.hw.config import ArchConfig
@@ -521,20 +521,17 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         shared = (fp16(t.wte.weight), fp16(t.wpe.weight), np.concatenate([fp16(t.ln_f.weight), fp16(t.ln_f.bias)]),
                   None if ctx.tied else fp16(model.lm_head.weight))
     codes = [builder.program() for builder in builders]
-    gathers = allgather_slices(codes)
+    host_words = [logits_offset + builder.v1 - builder.v0 for builder in builders]
+    verify_programs([CardPlan(code, builder.asm.flow, {r.name: (r.start, r.stop) for r in builder.hbm.regions},
+                              {"ids": (ctx.ids_offset, ctx.ids_offset + max_rows), "logits": (logits_offset, words)},
+                              builder.hbm.top, words)
+                     for builder, code, words in zip(builders, codes, host_words)],
+                    config, verification_cases(max_context, max_rows))
     cards = []
-    for builder, code in zip(builders, codes):
-        vocab = builder.v1 - builder.v0
-        host_words = logits_offset + vocab
-        verify_card(builder.card, code, builder.asm.flow, config,
-                    hbm_regions={r.name: (r.start, r.stop) for r in builder.hbm.regions},
-                    host_regions={"ids": (ctx.ids_offset, ctx.ids_offset + max_rows),
-                                  "logits": (logits_offset, host_words)},
-                    hbm_words=builder.hbm.top, host_words=host_words, gathers=gathers,
-                    cases=verification_cases(max_context, max_rows))
+    for builder, code, words in zip(builders, codes, host_words):
         program = Program(code, config.name, config.hash, builder.card, config.cards,
                           {"model": dims.to_dict(), "max_rows": max_rows, "max_context": max_context})
-        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top, host_words))
+        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top, words))
     meta = {
         "compiler_version": COMPILER_VERSION,
         "model": dims.to_dict(),

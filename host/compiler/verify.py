@@ -25,13 +25,25 @@ from numpy.lib.stride_tricks import as_strided
 
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, Opcode, Space, Unit, control_result
+from ringgpt.hw.isa import Space
 from ringgpt.sim.cycle_model import Block, access_blocks
-from ringgpt.sim.functional.machine import Decoded
+from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
 
 
 class PlanError(CompileError):
     """The compiler's plan breaks one of its invariants (a compiler bug, reported instead of wrong numbers)."""
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    """What the check needs of one card: its program, the program's dataflow, its HBM and host-buffer regions
+    ({name: (first word, end word)}) and the sizes of those spaces."""
+    code: list
+    flow: list
+    hbm_regions: dict
+    host_regions: dict
+    hbm_words: int
+    host_words: int
 
 
 @dataclass(frozen=True)
@@ -43,16 +55,6 @@ class Flow:
 
 NOTHING = 0
 """Tag of a word no instruction of the run has written."""
-
-
-def covers(b: Block, space: Space, address: int) -> bool:
-    """Whether block b holds word `address` of `space`."""
-    if b.space is not space or b.empty or address < b.base:
-        return False
-    if b.stride < b.cols:  # rows overlap or touch: one contiguous range
-        return address < b.base + (b.rows - 1) * b.stride + b.cols
-    row, col = divmod(address - b.base, b.stride)
-    return row < b.rows and col < b.cols
 
 
 def _view(array: np.ndarray, b: Block) -> np.ndarray:
@@ -67,18 +69,16 @@ def verification_cases(max_context: int, max_rows: int) -> list:
 
 
 class _CardCheck:
-    def __init__(self, card: int, code: list, flow: list, config: ArchConfig, hbm_regions: dict,
-                 host_regions: dict, hbm_words: int, host_words: int, gathers: list):
-        self.card, self.code, self.flow, self.config = card, code, flow, config
-        self.regions = {Space.HBM: hbm_regions, Space.HOST: host_regions}
-        self.limits = {Space.ABUF: config.abuf_words, Space.WBUF: config.wbuf_words, Space.HBM: hbm_words,
-                       Space.HOST: host_words}
-        self.gathers = gathers
-        names = sorted({name for f in flow for name in (*f.writes, *f.reads)})
+    def __init__(self, card: int, plan: CardPlan, config: ArchConfig):
+        self.card, self.code, self.flow, self.config = card, plan.code, plan.flow, config
+        self.regions = {Space.HBM: plan.hbm_regions, Space.HOST: plan.host_regions}
+        self.limits = {Space.ABUF: config.abuf_words, Space.WBUF: config.wbuf_words, Space.HBM: plan.hbm_words,
+                       Space.HOST: plan.host_words}
+        names = sorted({name for f in self.flow for name in (*f.writes, *f.reads)})
         self.ids = {name: i + 1 for i, name in enumerate(names)}
         self.names = ["(nothing)"] + names
         self.last_read = np.full(len(self.names), -1, np.int64)
-        for pc, f in enumerate(flow):
+        for pc, f in enumerate(self.flow):
             for name in f.reads:
                 self.last_read[self.ids[name]] = pc
 
@@ -86,23 +86,15 @@ class _CardCheck:
         raise PlanError(f"compiler plan check, card {self.card}, instruction {pc} ({self.code[pc]}), run "
                         f"pos={self.case[0]} rows={self.case[1]}: {problem}")
 
-    def run(self, case: tuple) -> None:
+    def run(self, case: tuple, resolved: list) -> None:
+        """Checks the run `case` = (pos, rows); `resolved`: the card's instructions resolved for it."""
         self.case = case
-        regs = [0] * NUM_REGS
-        regs[HOST_POS_REG], regs[HOST_ROWS_REG] = case
         shadows = {Space.ABUF: np.zeros(self.config.abuf_words, np.int32),
                    Space.WBUF: np.zeros(self.config.wbuf_words, np.int32)}
         self.written = []
-        gather = 0
-        for pc, inst in enumerate(self.code):
-            if OPCODES[inst.opcode].unit is Unit.CONTROL:
-                if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
-                    regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
+        for pc, r in enumerate(resolved):
+            if r is None:
                 continue
-            r = Decoded(inst).resolve(regs, self.card)
-            if inst.opcode is Opcode.ALLGATHER:
-                r = r._replace(slices=self.gathers[gather])
-                gather += 1
             reads, writes = access_blocks(r)
             flow = self.flow[pc]
             if len(reads) != len(flow.reads) or len(writes) != len(flow.writes):
@@ -123,7 +115,7 @@ class _CardCheck:
     def writer(self, space: Space, address: int) -> str:
         """', written by instruction N (...)' for the last instruction so far that wrote the word, or ''."""
         for pc, blocks in reversed(self.written):
-            if any(covers(b, space, address) for b in blocks):
+            if any(b.holds(space, address) for b in blocks):
                 return f", written by instruction {pc} ({self.code[pc]})"
         return ""
 
@@ -170,22 +162,18 @@ class _CardCheck:
         held[...] = new
 
 
-def allgather_slices(programs: list) -> list:
-    """For each ALLGATHER in program order, the (n, k) of every card (immediates, as the compiler emits them)."""
-    per_card = [[(inst.n.imm, inst.k.imm) for inst in code if inst.opcode is Opcode.ALLGATHER] for code in programs]
-    counts = {len(g) for g in per_card}
-    if len(counts) != 1:
-        raise PlanError(f"compiler plan check: the cards' programs have different ALLGATHER counts "
-                        f"{[len(g) for g in per_card]}")
-    return [tuple(g[i] for g in per_card) for i in range(counts.pop())]
-
-
-def verify_card(card: int, code: list, flow: list, config: ArchConfig, *, hbm_regions: dict, host_regions: dict,
-                hbm_words: int, host_words: int, gathers: list, cases: list) -> None:
-    """Raises PlanError when card `card`'s program (with its dataflow `flow`) breaks an invariant in any of
-    the runs `cases` ((pos, rows) pairs). Regions are {name: (first word, end word)}."""
-    if len(code) != len(flow):
-        raise PlanError(f"compiler plan check, card {card}: {len(code)} instructions but {len(flow)} dataflow entries")
-    check = _CardCheck(card, code, flow, config, hbm_regions, host_regions, hbm_words, host_words, gathers)
+def verify_programs(cards: list, config: ArchConfig, cases: list) -> None:
+    """Raises PlanError when a card's program (CardPlan, one per card in card order) breaks an invariant in any
+    of the runs `cases` ((pos, rows) pairs)."""
+    for card, plan in enumerate(cards):
+        if len(plan.code) != len(plan.flow):
+            raise PlanError(f"compiler plan check, card {card}: {len(plan.code)} instructions but {len(plan.flow)} "
+                            "dataflow entries")
+    checks = [_CardCheck(card, plan, config) for card, plan in enumerate(cards)]
     for case in cases:
-        check.run(case)
+        try:
+            runs = with_gather_slices([resolve_run(plan.code, card, *case) for card, plan in enumerate(cards)])
+        except ValueError as exc:
+            raise PlanError(f"compiler plan check: {exc}") from None
+        for check, resolved in zip(checks, runs):
+            check.run(case, resolved)

@@ -15,7 +15,8 @@ import numpy as np
 
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, REG_MASK, Instruction, Opcode, Space, control_result
+from ringgpt.hw.isa import (HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_MASK, Instruction, Opcode, Space,
+                            Unit, control_result)
 from ringgpt.sim.cycle_model import Resolved, access_ranges
 from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
@@ -53,6 +54,37 @@ class Decoded:
         resolved = Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
         self._last = (key, resolved)
         return resolved
+
+
+def resolve_run(program: list, card: int, pos: int, rows: int) -> list:
+    """Each instruction of a card's program (Instruction list) resolved for the run at (pos, rows), as the card
+    executes it: control instructions applied in order (programs have no branches) and None in their place.
+    ALLGATHER slices are left empty: `with_gather_slices` fills them from all cards."""
+    regs = [0] * NUM_REGS
+    regs[HOST_POS_REG], regs[HOST_ROWS_REG] = pos, rows
+    resolved = []
+    for inst in program:
+        if OPCODES[inst.opcode].unit is Unit.CONTROL:
+            if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
+                regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
+            resolved.append(None)
+        else:
+            resolved.append(Decoded(inst).resolve(regs, card))
+    return resolved
+
+
+def with_gather_slices(runs: list) -> list:
+    """Every card's resolve_run output with each ALLGATHER's slices filled ((n, k) of every card, in card order):
+    the i-th ALLGATHERs of all cards meet. Raises ValueError when the cards' ALLGATHER counts differ."""
+    gathers = [[pc for pc, r in enumerate(run) if r is not None and r.op is Opcode.ALLGATHER] for run in runs]
+    if len({len(g) for g in gathers}) > 1:
+        raise ValueError(f"the cards' programs have different ALLGATHER counts {[len(g) for g in gathers]}")
+    runs = [list(run) for run in runs]
+    for meeting in zip(*gathers):
+        slices = tuple((runs[c][pc].n, runs[c][pc].k) for c, pc in enumerate(meeting))
+        for c, pc in enumerate(meeting):
+            runs[c][pc] = runs[c][pc]._replace(slices=slices)
+    return runs
 
 
 class State(enum.Enum):
