@@ -221,9 +221,9 @@ def _vector_binary(op: str) -> OpSpec:
 
 
 def _vector_unary(fn: str) -> OpSpec:
-    return OpSpec(Unit.VECTOR, f"special function {fn} by lookup table",
+    return OpSpec(Unit.VECTOR, f"special function {fn}",
                   f"{_ELEMENTWISE[0]}{_ELEMENTWISE[1]}special('{fn}', src1[src1 + r*src1_stride + j]) "
-                  "(numerics.special: segment table and linear interpolation)",
+                  "(numerics.special: within 1 FP16 step of the correctly rounded value, IEEE signed zeros and specials)",
                   {"dst": (Space.ABUF,), "src1": (Space.ABUF,)},
                   ("rows", "n"), ("dst_stride", "src1_stride"))
 

@@ -9,7 +9,7 @@ Rules
       exponent range of the product fits FP32's normal range), so the multiplier never rounds.
     * FP32 additions are IEEE binary32 round-to-nearest-even with gradual underflow. (In the
       datapath FP32 subnormals cannot arise: every operand is a product or sum of FP16 values,
-      a multiple of 2**-48; the lookup tables flush entries below 2**-40.)
+      a multiple of 2**-48; the GELU table flushes entries below 2**-40.)
     * FP32 -> FP16 conversion rounds to nearest even, overflows to +-Inf, keeps FP16 subnormals.
     * Any NaN produced by arithmetic is the canonical quiet NaN (FP16 0x7E00, FP32 0x7FC00000);
       max selects one of its inputs, so a NaN it returns keeps that input's bits.
@@ -20,10 +20,11 @@ Rules
       and mul this equals correctly rounded FP16 arithmetic, since 24 >= 2 * 11 + 2).
     * Max uses the total order -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN of the FP16 bit
       patterns (an integer comparison), so it is associative and the tree order does not matter.
-    * Special functions (exp, reciprocal, reciprocal square root, GELU) are piecewise linear in the
-      FP16 bit pattern: the top LUT_INDEX_BITS bits of the input select a segment (base, slope),
-      both FP32; the low LUT_FRAC_BITS bits are the integer `frac`, and
-      y = to_fp16(base + slope * frac), a rounded FP32 multiply then a rounded FP32 add.
+    * Special functions (exp, reciprocal, reciprocal square root, GELU) are within one FP16 step
+      of the correctly rounded result for every FP16 input (recip and rsqrt correctly rounded),
+      with IEEE signed zeros and specials: exp by range reduction to 2**f (fixed point) and a
+      64-entry table, recip and rsqrt by normalisation and a table indexed by the mantissa, GELU
+      piecewise linear in the bit pattern with segments sized per region (see `special`).
       `lut_tables` generates the table contents; the RTL's memories are initialised from it.
 """
 from __future__ import annotations
@@ -39,24 +40,16 @@ FP16_CANONICAL_NAN = 0x7E00
 FP32_CANONICAL_NAN = 0x7FC00000
 FP16_NEG_INF = 0xFC00
 
-LUT_SEGMENT_MAN_BITS = 5
-"""Mantissa bits that, with sign and exponent, select a lookup-table segment."""
-LUT_INDEX_BITS = 1 + FP16_EXP_BITS + LUT_SEGMENT_MAN_BITS
-LUT_SEGMENTS = 1 << LUT_INDEX_BITS
-LUT_FRAC_BITS = FP16_MAN_BITS - LUT_SEGMENT_MAN_BITS
-LUT_CLAMP = 2.0 ** 17
-"""Table values are clamped to +-LUT_CLAMP: anything beyond 65520 rounds to Inf in FP16 anyway."""
-LUT_FLUSH = 2.0 ** -40
-"""Table values smaller in magnitude are stored as zero (they round to 0 in FP16)."""
-LUT_INF_PROXY = 2.0 ** 64
-"""Infinite inputs are evaluated at this finite magnitude when the tables are built."""
-
 GELU_C = math.sqrt(2.0 / math.pi)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GPT-2's GELU (the tanh approximation, `gelu_new`), in float64."""
-    return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x ** 3)))
+    """GPT-2's GELU (the tanh approximation, `gelu_new`), in float64, with its limits at
+    +-Inf (gelu(-Inf) = -0, where the formula gives -Inf * 0)."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x ** 3)))
+    return np.where(x == -np.inf, -0.0, y)
 
 
 SPECIAL_FUNCTIONS = {
@@ -293,7 +286,85 @@ def vscale_shift(x, scale, shift) -> np.ndarray:
     return to_fp16(add_fp32(mul_fp16_exact(x, scale), _f32(shift)))
 
 
-# --- special functions by lookup table --------------------------------------------------------
+# --- special functions ----------------------------------------------------------------------
+#
+# Each function has the evaluation its cost allows (the RTL in hw/arith/special.py follows these
+# functions bit for bit; `lut_tables` generates every table it holds):
+#   exp    range reduction in fixed point, t = x * log2(e) = k + f; 2**f from a 64-entry table
+#          and linear interpolation, in fixed point too (24-bit result in [1, 2)); then the exact
+#          scaling by 2**k and one rounding to FP16
+#   recip  the input normalised to (1 + m / 1024) * 2**q; 1 / (1 + m / 1024) from a 1024-entry FP32
+#          table, scaled exactly by 2**-q, rounded once to FP16
+#   rsqrt  the same normalisation; 1 / sqrt(2**(q mod 2) * (1 + m / 1024)) correctly rounded to
+#          FP16 in a 2048-entry table, then the exponent -floor(q / 2) added (results are always
+#          normal FP16 numbers, so this is exact)
+#   gelu   piecewise linear in the FP16 bit pattern with segments sized per region of the pattern
+#          space (sign, exponent, top 2 mantissa bits); each segment a block floating-point entry
+#          (integer base and slope, one exponent) of a 1024-entry table; |y| = (base + (slope * frac
+#          >> 4)) * 2**exp exactly, with the input's sign, then one rounding to FP16
+
+EXP_LOG2E_FRAC_BITS = 23
+EXP_LOG2E = round(math.log2(math.e) * 2 ** EXP_LOG2E_FRAC_BITS)
+"""log2(e) as an integer with EXP_LOG2E_FRAC_BITS fraction bits (24 bits: 12102203)."""
+EXP_FRAC_BITS = 20
+"""Fraction bits of the fixed-point t = x * log2(e) (truncated towards zero in magnitude)."""
+EXP_K_BITS = 7
+"""Bits of the signed integer part k of t (-64 ... 63)."""
+EXP_SATURATE_EXP = FP16_BIAS + 5
+"""FP16 exponent field from which |x| >= 32 (and Inf) saturate |t| to EXP_T_MAX (exp gives Inf or +0)."""
+EXP_T_MAX = (1 << (EXP_FRAC_BITS + EXP_K_BITS - 1)) - 1
+EXP_INDEX_BITS = 6
+"""Top fraction bits of t that select an entry of the 2**f table (64 entries)."""
+EXP_INTERP_BITS = EXP_FRAC_BITS - EXP_INDEX_BITS
+"""The remaining fraction bits: the integer r that multiplies the slope (0 ... 2**14 - 1)."""
+EXP_TABLE_FRAC_BITS = FP32_MAN_BITS
+"""Fraction bits of the fixed-point 2**f: base entries are round(2**(i/64) * 2**23) (24 bits)."""
+EXP_SLOPE_GUARD_BITS = 14
+"""Extra fraction bits of the slope entries (18 bits); slope * r is truncated by as many bits."""
+
+RECIP_TABLE_DEPTH = 1 << FP16_MAN_BITS
+RSQRT_TABLE_DEPTH = 2 << FP16_MAN_BITS
+
+GELU_REGION_BITS = 1 + FP16_EXP_BITS + 2
+"""Top pattern bits (sign, exponent, top 2 mantissa bits) that select a GELU region (256 of them)."""
+GELU_MAX_FRAC_BITS = 16 - GELU_REGION_BITS
+"""A region of 256 patterns is cut into segments of 2**s patterns, s = 0 ... GELU_MAX_FRAC_BITS."""
+GELU_TABLE_DEPTH = 1024
+"""Entries of the GELU segment table; the segments of all regions must fit."""
+GELU_TARGET_ULP = 0.25
+"""Each region takes the largest segments whose interpolation error (before the final rounding)
+stays within this many FP16 ulps of the float64 GELU at every pattern of the region."""
+GELU_SIGNIFICAND_BITS = 23
+"""GELU table entries are block floating point: per segment an exponent and integer base and
+slope such that the magnitudes along the segment are integers below 2**(GELU_SIGNIFICAND_BITS + 1)
+times 2**exp (the largest end of the segment has its top bit at 2**GELU_SIGNIFICAND_BITS)."""
+GELU_SLOPE_GUARD_BITS = 4
+"""Extra fraction bits of the slope entries: slope * frac is truncated by as many bits."""
+GELU_FLUSH = 2.0 ** -40
+"""Segments whose values are all smaller in magnitude hold zeros (they round to +-0 in FP16)."""
+GELU_FLUSH_EXP = -GELU_SIGNIFICAND_BITS - 40
+"""The exponent of flushed segments."""
+
+
+def scale_fp32(p, k) -> np.ndarray:
+    """p * 2**k for FP32 p, exactly (p and the result are normal FP32 numbers wherever the special
+    functions use it: the hardware adds k to the exponent field)."""
+    return np.ldexp(np.asarray(p, np.float64), np.asarray(k, np.int64)).astype(np.float32)
+
+
+def _fp16_fields(x) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(bits, sign, exponent field, mantissa field) of FP16 x, as int64 arrays."""
+    bits = fp16_bits(x).astype(np.int64)
+    return bits, bits >> 15, (bits >> FP16_MAN_BITS) & 0x1F, bits & 0x3FF
+
+
+def fp16_normalise(exp: np.ndarray, man: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(e, m) with |x| = (1 + m / 1024) * 2**(e - 15) for finite nonzero FP16 x: subnormals are
+    shifted left by the leading zeros lz of their 11-bit significand (e = 1 - lz, down to -9)."""
+    sig = np.where(exp != 0, man | (1 << FP16_MAN_BITS), man)
+    lz = (FP16_MAN_BITS + 1) - np.frexp(sig.astype(np.float64))[1]
+    return np.maximum(exp, 1) - lz, (sig << lz) & 0x3FF
+
 
 def _pattern_value(bits: np.ndarray) -> np.ndarray:
     """float64 value of FP16 bit patterns, continuing the exponent past 30 (0x7C00 -> 65536)."""
@@ -305,51 +376,176 @@ def _pattern_value(bits: np.ndarray) -> np.ndarray:
     return sign * mag
 
 
-@functools.cache
-def lut_tables(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(base, slope) FP32 arrays of LUT_SEGMENTS entries for special function `name`.
+def _fp16_spacing(y: np.ndarray) -> np.ndarray:
+    """FP16 ulp at magnitude |y| (2**-24 in the subnormal range and at 0)."""
+    mag = np.abs(y)
+    exp = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    return 2.0 ** (np.maximum(exp, 1 - FP16_BIAS) - FP16_MAN_BITS)
 
-    Segment s covers the FP16 patterns s << LUT_FRAC_BITS ... + 2**LUT_FRAC_BITS - 1. base is f at
-    the segment's first pattern, slope the change per pattern step up to the next segment's first
-    pattern; both clamped to +-LUT_CLAMP and flushed below LUT_FLUSH. Segments of Inf/NaN patterns
-    hold f(+-LUT_INF_PROXY) and slope 0. A segment where f is undefined holds NaN (slope 0).
-    """
-    try:
-        f = SPECIAL_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown special function {name!r}; known: {sorted(SPECIAL_FUNCTIONS)}") from None
-    seg = np.arange(LUT_SEGMENTS, dtype=np.int64)
-    first = seg << LUT_FRAC_BITS
-    special_exp = ((first >> FP16_MAN_BITS) & 0x1F) == 0x1F
-    x0 = _pattern_value(first)
-    x1 = _pattern_value(first + (1 << LUT_FRAC_BITS))
-    x0 = np.where(special_exp, np.sign(x0) * LUT_INF_PROXY, x0)
+
+def _gelu_segments(region: int, frac_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(base, slope, exp) of the 2**(GELU_MAX_FRAC_BITS - frac_bits) segments of GELU region
+    `region` (see lut_tables)."""
+    first = (region << GELU_MAX_FRAC_BITS) + (np.arange(1 << (GELU_MAX_FRAC_BITS - frac_bits)) << frac_bits)
     with np.errstate(all="ignore"):
-        y0, y1 = f(x0), f(x1)
-    y1 = np.where(special_exp, y0, y1)
-    undefined = np.isnan(y0) | np.isnan(y1)
-    y0 = np.clip(np.nan_to_num(y0, nan=0.0), -LUT_CLAMP, LUT_CLAMP)
-    y1 = np.clip(np.nan_to_num(y1, nan=0.0), -LUT_CLAMP, LUT_CLAMP)
-    base = y0.astype(np.float32)
-    slope = ((y1 - y0) / (1 << LUT_FRAC_BITS)).astype(np.float32)
-    base[np.abs(base) < LUT_FLUSH] = 0.0
-    slope[np.abs(slope) < LUT_FLUSH] = 0.0
-    base[undefined] = fp32_from_bits(np.uint32(FP32_CANONICAL_NAN))
-    slope[undefined] = 0.0
-    base.setflags(write=False)
-    slope.setflags(write=False)
-    return base, slope
+        y0 = np.abs(gelu_tanh(_pattern_value(first)))
+        y1 = np.abs(gelu_tanh(_pattern_value(first + (1 << frac_bits))))
+    top = np.maximum(y0, y1)
+    flush = top < GELU_FLUSH
+    exp = np.where(flush, GELU_FLUSH_EXP,
+                   np.floor(np.log2(np.where(flush, 1.0, top))).astype(np.int64) - GELU_SIGNIFICAND_BITS)
+    unit = 2.0 ** -exp.astype(np.float64)
+    base = np.where(flush, 0, np.round(y0 * unit)).astype(np.int64)
+    slope = np.round((y1 - y0) * unit / (1 << frac_bits) * (1 << GELU_SLOPE_GUARD_BITS))
+    slope = np.where(flush | (frac_bits == 0), 0, slope).astype(np.int64)
+    return base, slope, exp
+
+
+def _gelu_value(sign, base, slope, exp, frac) -> np.ndarray:
+    """+-(base + (slope * frac >> GELU_SLOPE_GUARD_BITS)) * 2**exp as FP32 (exact: the magnitude
+    is an integer below 2**(GELU_SIGNIFICAND_BITS + 1), the result a normal FP32 number or zero)."""
+    magnitude = base + ((slope * frac) >> GELU_SLOPE_GUARD_BITS)
+    return np.copysign(np.ldexp(magnitude.astype(np.float64), exp), np.where(sign == 1, -1.0, 1.0)).astype(np.float32)
+
+
+def _gelu_region_error(region: int, frac_bits: int) -> float:
+    """Largest interpolation error (before the final rounding) in the region, in FP16 ulps."""
+    base, slope, exp = _gelu_segments(region, frac_bits)
+    pattern = (region << GELU_MAX_FRAC_BITS) + np.arange(1 << GELU_MAX_FRAC_BITS)
+    seg = (pattern & ((1 << GELU_MAX_FRAC_BITS) - 1)) >> frac_bits
+    p = _gelu_value(pattern >> 15, base[seg], slope[seg], exp[seg], pattern & ((1 << frac_bits) - 1))
+    with np.errstate(all="ignore"):
+        ref = gelu_tanh(_pattern_value(pattern))
+        return float(np.max(np.abs(p.astype(np.float64) - ref) / _fp16_spacing(ref.astype(np.float16).astype(np.float64))))
+
+
+def _gelu_tables() -> dict[str, np.ndarray]:
+    regions = 1 << GELU_REGION_BITS
+    frac_bits = np.full(regions, GELU_MAX_FRAC_BITS, np.int64)
+    offset = np.zeros(regions, np.int64)
+    base, slope, exp = (np.zeros(GELU_TABLE_DEPTH, np.int64) for _ in range(3))
+    exp[:] = GELU_FLUSH_EXP
+    used = 0
+    for region in range(regions):
+        if ((region >> 2) & 0x1F) == 0x1F:               # Inf and NaN: no segments
+            continue
+        s = GELU_MAX_FRAC_BITS
+        while s > 0 and _gelu_region_error(region, s) > GELU_TARGET_ULP:
+            s -= 1
+        b, d, e = _gelu_segments(region, s)
+        if used + len(b) > GELU_TABLE_DEPTH:
+            raise AssertionError(f"GELU segments exceed GELU_TABLE_DEPTH = {GELU_TABLE_DEPTH}")
+        frac_bits[region], offset[region] = s, used
+        base[used:used + len(b)], slope[used:used + len(b)], exp[used:used + len(b)] = b, d, e
+        used += len(b)
+    return {"frac_bits": frac_bits, "offset": offset, "base": base, "slope": slope, "exp": exp}
+
+
+@functools.cache
+def lut_tables(name: str) -> dict[str, np.ndarray]:
+    """The tables of special function `name` (read-only arrays; the RTL's memories are initialised
+    from them, there is no other copy):
+
+    exp    base, slope: integers, 2**EXP_INDEX_BITS entries; entry i interpolates 2**f on
+           [i, i + 1) / 64 in units of 2**-EXP_TABLE_FRAC_BITS: base = round(2**(i / 64) * 2**23),
+           slope = round((2**((i + 1) / 64) - 2**(i / 64)) * 2**23): the change per step of r
+           (2**-14 of the interval, EXP_INTERP_BITS) with EXP_SLOPE_GUARD_BITS = 14 more fraction
+           bits (18 bits); 2**23 <= base + (slope * r >> 14) < 2**24 for every i and r
+    recip  recip: FP32 1 / (1 + m / 1024) for m = 0 ... 1023
+    rsqrt  rsqrt: FP16 1 / sqrt(2**odd * (1 + m / 1024)) at index odd * 1024 + m, correctly rounded
+    gelu   frac_bits, offset: per region (the top GELU_REGION_BITS pattern bits) the segment size
+           2**frac_bits and the region's first entry; base, slope, exp: integers, GELU_TABLE_DEPTH
+           entries (866 used). Segment j covers GELU from its first pattern x0 to the next segment's
+           first pattern x1 (pattern values continue past 0x7BFF: 0x7C00 -> 65536): exp =
+           floor(log2(max |gelu(x0)|, |gelu(x1)|)) - GELU_SIGNIFICAND_BITS, base = |gelu(x0)| / 2**exp
+           and slope = (|gelu(x1)| - |gelu(x0)|) / 2**exp per pattern with GELU_SLOPE_GUARD_BITS more
+           fraction bits, both rounded to integers; zeros where everything is below GELU_FLUSH.
+           The region sizes: the largest segments whose error stays within GELU_TARGET_ULP.
+    """
+    if name not in SPECIAL_FUNCTIONS:
+        raise ValueError(f"unknown special function {name!r}; known: {sorted(SPECIAL_FUNCTIONS)}")
+    if name == "exp":
+        i = np.arange(1 << EXP_INDEX_BITS, dtype=np.float64)
+        lo, hi = 2.0 ** (i / (1 << EXP_INDEX_BITS)), 2.0 ** ((i + 1) / (1 << EXP_INDEX_BITS))
+        tables = {"base": np.round(lo * 2.0 ** EXP_TABLE_FRAC_BITS).astype(np.int64),
+                  "slope": np.round((hi - lo) * 2.0 ** (EXP_TABLE_FRAC_BITS - EXP_INTERP_BITS + EXP_SLOPE_GUARD_BITS))
+                  .astype(np.int64)}
+    elif name == "recip":
+        m = np.arange(RECIP_TABLE_DEPTH, dtype=np.float64)
+        tables = {"recip": (1.0 / (1.0 + m / 1024)).astype(np.float32)}
+    elif name == "rsqrt":
+        index = np.arange(RSQRT_TABLE_DEPTH)
+        value = 2.0 ** (index >> FP16_MAN_BITS) * (1.0 + (index & 0x3FF) / 1024)
+        tables = {"rsqrt": (1.0 / np.sqrt(value)).astype(np.float16)}
+    else:
+        tables = _gelu_tables()
+    for table in tables.values():
+        table.setflags(write=False)
+    return tables
+
+
+def _exp(x) -> np.ndarray:
+    _, sign, exp, man = _fp16_fields(x)
+    sig = np.where(exp != 0, man | (1 << FP16_MAN_BITS), man)
+    shift = FP16_BIAS + FP16_MAN_BITS + EXP_LOG2E_FRAC_BITS - EXP_FRAC_BITS - np.maximum(exp, 1)
+    t = (sig * EXP_LOG2E) >> np.maximum(shift, 0)       # |t| * 2**EXP_FRAC_BITS, truncated
+    t = np.where(exp >= EXP_SATURATE_EXP, EXP_T_MAX, t)
+    t = np.where(sign == 1, -t, t)
+    k = t >> EXP_FRAC_BITS                               # floor
+    i = (t >> EXP_INTERP_BITS) & ((1 << EXP_INDEX_BITS) - 1)
+    r = t & ((1 << EXP_INTERP_BITS) - 1)
+    tables = lut_tables("exp")
+    p = tables["base"][i] + ((tables["slope"][i] * r) >> EXP_SLOPE_GUARD_BITS)   # 2**f * 2**23, < 2**24
+    return to_fp16(scale_fp32(p.astype(np.float32), k - EXP_TABLE_FRAC_BITS))
+
+
+def _recip(x) -> np.ndarray:
+    _, sign, exp, man = _fp16_fields(x)
+    e, m = fp16_normalise(exp, man)
+    value = np.where(sign == 1, -1.0, 1.0).astype(np.float32) * lut_tables("recip")["recip"][m]
+    with np.errstate(over="ignore"):
+        y = to_fp16(scale_fp32(value, FP16_BIAS - e))
+    zero = (exp == 0) & (man == 0)
+    inf = (exp == 0x1F) & (man == 0)
+    return np.where(zero, np.where(sign == 1, -np.inf, np.inf).astype(np.float16),
+                    np.where(inf, np.where(sign == 1, -0.0, 0.0).astype(np.float16), y))
+
+
+def _rsqrt(x) -> np.ndarray:
+    _, sign, exp, man = _fp16_fields(x)
+    e, m = fp16_normalise(exp, man)
+    q = e - FP16_BIAS
+    value = lut_tables("rsqrt")["rsqrt"][((q & 1) << FP16_MAN_BITS) | m]
+    y = np.ldexp(value.astype(np.float64), -(q >> 1)).astype(np.float16)
+    zero = (exp == 0) & (man == 0)
+    y = np.where(sign == 1, fp16_from_bits(np.uint16(FP16_CANONICAL_NAN)), y)
+    y = np.where((exp == 0x1F) & (man == 0) & (sign == 0), np.float16(0.0), y)
+    return np.where(zero, np.where(sign == 1, -np.inf, np.inf).astype(np.float16), y)
+
+
+def _gelu(x) -> np.ndarray:
+    bits, sign, exp, man = _fp16_fields(x)
+    tables = lut_tables("gelu")
+    region = bits >> GELU_MAX_FRAC_BITS
+    s = tables["frac_bits"][region]
+    seg = tables["offset"][region] + ((bits & ((1 << GELU_MAX_FRAC_BITS) - 1)) >> s)
+    y = to_fp16(_gelu_value(sign, tables["base"][seg], tables["slope"][seg], tables["exp"][seg],
+                            bits & ((1 << s) - 1)))
+    inf = (exp == 0x1F) & (man == 0)
+    return np.where(inf, np.where(sign == 1, -0.0, np.inf).astype(np.float16), y)
+
+
+_EVALUATE = {"exp": _exp, "recip": _recip, "rsqrt": _rsqrt, "gelu": _gelu}
 
 
 def special(name: str, x) -> np.ndarray:
-    """Special function `name` of FP16 x by table lookup and linear interpolation (FP16 result).
-    NaN inputs give the canonical NaN."""
-    bits = fp16_bits(x)
-    base, slope = lut_tables(name)
-    seg = bits >> LUT_FRAC_BITS
-    frac = (bits & ((1 << LUT_FRAC_BITS) - 1)).astype(np.float32)
-    y = to_fp16(add_fp32(mul_fp32(slope[seg], frac), base[seg]))
-    is_nan = ((bits & 0x7C00) == 0x7C00) & ((bits & 0x03FF) != 0)
+    """Special function `name` of FP16 x (FP16 result), as the special-function units compute it
+    (see lut_tables and the section comment above). NaN inputs give the canonical NaN."""
+    lut_tables(name)                                    # validates the name
+    x = np.asarray(x, np.float16)
+    y = np.asarray(_EVALUATE[name](x), np.float16).reshape(x.shape)
+    _, _, exp, man = _fp16_fields(x)
+    is_nan = (exp == 0x1F) & (man != 0)
     if is_nan.any():
         y = np.where(is_nan, fp16_from_bits(np.uint16(FP16_CANONICAL_NAN)), y)
     return y

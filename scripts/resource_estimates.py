@@ -44,7 +44,7 @@ def units() -> dict:
     found = {
         "FP16Multiplier": FP16Multiplier,
         "FP32Adder": FP32Adder,
-        "FP32IntMultiplier(5)": FP32IntMultiplier,
+        "FP32IntMultiplier(5)": lambda: FP32IntMultiplier(5),
         "ToFP16": ToFP16,
         f"MaxTree({u280.vector_width})": lambda: MaxTree(u280.vector_width),
         f"TileAccumulator({FP32AddCore.latency})": lambda: TileAccumulator(FP32AddCore.latency),

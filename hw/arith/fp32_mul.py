@@ -1,11 +1,10 @@
 """FP32 x unsigned-integer multiplier: IEEE binary32 `numerics.mul_fp32(a, k)` for an integer
 0 <= k < 2**int_bits (exactly an FP32 value), the product rounded to nearest even. It is the
-interpolation multiply of the special-function units (slope x frac)."""
+interpolation multiply of the exp and GELU special-function units (slope x r, slope x frac)."""
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import numerics as nx
 from .common import FP32, is_inf32, is_nan32, leading_zeros, register_fp32_result, round_pack_fp32, stage
 from .stream import Streamed
 
@@ -20,7 +19,7 @@ class FP32IntMulCore(wiring.Component):
 
     latency = 3
 
-    def __init__(self, int_bits: int = nx.LUT_FRAC_BITS):
+    def __init__(self, int_bits: int):
         if isinstance(int_bits, bool) or not isinstance(int_bits, int) or not 1 <= int_bits <= 24:
             raise ValueError(f"integer factor width must be an int from 1 to 24, got {int_bits!r}")
         self.int_bits = int_bits
@@ -56,6 +55,6 @@ class FP32IntMultiplier(Streamed):
     """Stream FP32 x uint(int_bits) multiplier: payload {a, k} -> mul_fp32(a, k); latency 4 cycles
     (core 3 + FIFO 1), one result per cycle, ready/valid back-pressure."""
 
-    def __init__(self, int_bits: int = nx.LUT_FRAC_BITS):
+    def __init__(self, int_bits: int):
         super().__init__(FP32IntMulCore(int_bits))
         self.int_bits = int_bits
