@@ -5,28 +5,30 @@ token as it is chosen) and returns the summary lines to print after the text.
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.text import Text
 
-from ringgpt.host.device import DeviceError
-from ringgpt.host.errors import RingGPTError
-from ringgpt.host.image import ImageError
-from ringgpt.host.reference.generate import generate
-from ringgpt.host.reference.models import DTYPES, load_model
+from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_DEVICE_ERROR, EXIT_FAULT,  # noqa: F401
+                                      EXIT_INTERRUPTED, EXIT_USER_ERROR, Group, arch_config, check_writable_file,
+                                      debug_option, given, reject_unused)
+from ringgpt.host.errors import OutputError
 from ringgpt.host.reference.sampling import SamplingConfig
-from ringgpt.host.tokenizer import TextStream, load_tokenizer
-from ringgpt.hw.config import ConfigError, ConfigMismatchError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_PROMPT = "import os\nimport sys\n\n\ndef main():\n\t"
 """In the bundled model's style (the standard library, indented with tabs)."""
-EXIT_USER_ERROR = 2
-EXIT_CHECK_FAILED = 3
-"""The appliance disagrees with the PyTorch FP32 reference beyond the stated bound (`generate`'s check, `check`)."""
+DTYPE_NAMES = ("fp16", "fp32")
+"""The reference backend's dtypes (ringgpt.host.reference.models.DTYPES, named here so --help needs no torch)."""
+MAX_CONTEXT = 1024
+"""The context the appliance image is compiled for (at most the model's positions)."""
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "seed")
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,16 @@ class Summary:
     check_failed: bool = False
 
 
-Backend = Callable[[Request, Callable[[int], None], Console], "Summary | list[str]"]
+Backend = Callable[[Request, Callable[[int], None], "Console"], "Summary | list[str]"]
 
 
 def reference_backend(request: Request, on_token: Callable[[int], None], status: Console) -> list[str]:
     """The PyTorch reference path (transformers' GPT-2 with a KV cache), on the GPU when asked or present."""
+    from rich.text import Text
+
+    from ringgpt.host.reference.generate import generate
+    from ringgpt.host.reference.models import DTYPES, load_model
+
     with status.status(Text(f"loading {request.model} ({request.dtype}, {request.device})")):
         model = load_model(request.model, dtype=DTYPES[request.dtype], device=request.device)
     status.print(Text(f"reference backend: {request.model} on {model.device}, {request.dtype}", style="dim"))
@@ -68,10 +75,12 @@ def reference_backend(request: Request, on_token: Callable[[int], None], status:
 def sim_backend(request: Request, on_token: Callable[[int], None], status: Console) -> list[str]:
     """The appliance: the model compiled for `cards` cards of `config`, run on the functional simulator;
     reports the simulation speed, the modeled time on the cards, and the check against the FP32 reference."""
-    from ringgpt.host.runtime.generation import run_generation  # imports the simulator only when used
+    from rich.text import Text
 
     status.print(Text(f"simulated appliance: {request.model} on {request.cards} x {request.config} "
                       "(compiling on first use, then cached)", style="dim"))
+    from ringgpt.host.runtime.generation import run_generation  # imports torch and the simulator only when used
+
     report = run_generation(request.prompt, model=request.model, config=request.config, cards=request.cards,
                             sampling=request.sampling, on_token=on_token, check_reference=request.check_reference)
     result = report.result
@@ -94,67 +103,106 @@ def sim_backend(request: Request, on_token: Callable[[int], None], status: Conso
 BACKENDS: dict[str, Backend] = {"sim": sim_backend, "reference": reference_backend}
 
 
-USER_ERRORS = (RingGPTError, ConfigError, ConfigMismatchError, ImageError)
-"""Bad input: a one-line message and exit 2."""
-EXIT_DEVICE_ERROR = 1
-
-
-class _Main(click.Group):
-    """Prints bad input (USER_ERRORS) as one line and exits 2, a failed device run as one line and
-    exits 1, without a traceback."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except USER_ERRORS as exc:
-            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
-            sys.exit(EXIT_USER_ERROR)
-        except DeviceError as exc:
-            click.echo(f"device error: {' '.join(str(exc).split())}", err=True)
-            sys.exit(EXIT_DEVICE_ERROR)
-
-
-@click.group(cls=_Main)
+@click.group(cls=Group, epilog="Exit status: 0 ok; 1 a failed device run or an internal fault; 2 bad input; 3 the "
+             "appliance's result is outside its accuracy bound; 130 interrupted.")
+@debug_option
 def main() -> None:
-    """ringgpt: GPT-2 text generation on a DFX-style FPGA appliance and its references."""
+    """ringgpt: GPT-2 text generation on a DFX-style FPGA appliance and its references.
+
+    Errors are printed as one line (what, where, what to do); --debug shows the Python traceback."""
+
+
+def _status_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context: int | None, arch=None,
+               steps_name: str = "max_new_tokens", max_rows: int | None = None):
+    """Everything that can be checked before a weight is read: the model's config, the prompt (UTF-8, not empty,
+    in the vocabulary, fitting the context with the new tokens) and, for the appliance, the compiler's plan.
+    Returns (tokenizer, prompt ids, the model's fields, the context)."""
+    from ringgpt.host.reference.sampling import validate_prompt
+    from ringgpt.host.reference.spec import source_fields
+    from ringgpt.host.tokenizer import load_tokenizer
+
+    fields = source_fields(model)
+    if max_context is not None and max_context > fields["n_positions"]:
+        raise click.UsageError(f"--max-context {max_context} exceeds the model's {fields['n_positions']} positions")
+    context = min(max_context or MAX_CONTEXT, fields["n_positions"]) if arch is not None else fields["n_positions"]
+    tokenizer = load_tokenizer()
+    prompt_ids = tokenizer.encode(prompt)
+    where = "the appliance's context" if arch is not None else "the model's context"
+    hint = " (or compile with a larger --max-context)" if max_context is not None else ""
+    validate_prompt(prompt_ids, sampling, vocab_size=fields["vocab_size"], context=context, context_name=where,
+                    hint=hint)
+    if arch is not None:
+        from ringgpt.host.compiler.dims import preflight
+        preflight(fields, arch, context, max_rows=max_rows)
+    return tokenizer, prompt_ids, fields, context
 
 
 @main.command("generate", epilog=f"Exit status: 0; {EXIT_CHECK_FAILED} when the appliance's tokens or logits fail the "
               f"check against the PyTorch FP32 reference (the same tokens, logits within the stated bound); {EXIT_USER_ERROR} "
-              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails.")
+              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
+              f"{EXIT_INTERRUPTED} when interrupted.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @click.option("--model", default="bundled", show_default=True,
               help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
               help="sim: the appliance on the functional simulator; reference: PyTorch")
-@click.option("--config", "config_name", default="u280", show_default=True, help="architecture preset (sim backend)")
-@click.option("--cards", type=click.IntRange(1, 4), default=4, show_default=True, help="cards on the ring (sim backend)")
+@click.option("--config", "config_name", default="u280", show_default=True,
+              help="architecture preset, optionally with its card count: u280, u280-x2 (sim backend)")
+@click.option("--cards", type=click.IntRange(1, 4), default=None,
+              help="cards on the ring (sim backend)  [default: 4, or the -xN of --config]")
 @click.option("--check-reference/--no-check-reference", default=True, show_default=True,
               help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim backend)")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
 @click.option("--greedy/--sample", default=SamplingConfig.greedy, show_default=True,
               help="argmax decoding, or sampling with --temperature/--top-k/--top-p")
-@click.option("--temperature", type=float, default=SamplingConfig.temperature, show_default=True)
-@click.option("--top-k", type=int, default=SamplingConfig.top_k, show_default=True, help="0 = off")
-@click.option("--top-p", type=float, default=SamplingConfig.top_p, show_default=True, help="1.0 = off")
-@click.option("--seed", type=int, default=SamplingConfig.seed, show_default=True, help="sampling seed")
-@click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="fp32", show_default=True,
+@click.option("--temperature", type=float, default=SamplingConfig.temperature, show_default=True,
+              help="with --sample")
+@click.option("--top-k", type=int, default=SamplingConfig.top_k, show_default=True, help="with --sample; 0 = off")
+@click.option("--top-p", type=float, default=SamplingConfig.top_p, show_default=True, help="with --sample; 1.0 = off")
+@click.option("--seed", type=int, default=SamplingConfig.seed, show_default=True, help="sampling seed (with --sample)")
+@click.option("--dtype", type=click.Choice(DTYPE_NAMES), default="fp32", show_default=True,
               help="reference backend (the appliance computes in FP16)")
 @click.option("--device", default="auto", show_default=True, help="cpu | cuda | cuda:N | auto (reference backend)")
-def generate_command(prompt: str, model: str, backend: str, config_name: str, cards: int, check_reference: bool,
-                     max_new_tokens: int, greedy: bool, temperature: float, top_k: int, top_p: float, seed: int,
-                     dtype: str, device: str) -> None:
+@debug_option
+@click.pass_context
+def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
+                     check_reference: bool, max_new_tokens: int, greedy: bool, temperature: float, top_k: int,
+                     top_p: float, seed: int, dtype: str, device: str) -> None:
     """Generate text after PROMPT, streaming tokens to stdout as they are chosen.
 
     The sim backend then checks the tokens and logits against the PyTorch FP32 reference and prints one
-    verdict, PASS or FAIL, against the stated bound; FAIL exits 3."""
-    status = Console(stderr=True)
-    tokenizer = load_tokenizer()
+    verdict, PASS or FAIL, against the stated bound; FAIL exits 3. Options are checked against each other, the
+    prompt against the model's config, before any weight is loaded."""
+    if greedy:
+        reject_unused(ctx, SAMPLING_OPTIONS, "with greedy decoding", "sampling (add --sample)")
+    if backend == "sim":
+        reject_unused(ctx, ("dtype", "device"), "with the sim backend (the appliance computes in FP16)",
+                      "--backend reference")
+        arch = arch_config(config_name, cards)
+        config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
+    else:
+        reject_unused(ctx, ("config_name", "cards", "check_reference"), "with --backend reference",
+                      "the sim backend (the appliance)")
+        arch = None
+        if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise click.BadParameter(f"{device!r}: use cpu, cuda, cuda:N or auto", ctx, param_hint="'--device'")
     sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens)
     sampling.validate()
-    request = Request(prompt=prompt, prompt_ids=tokenizer.encode(prompt), sampling=sampling, model=model, dtype=dtype,
-                      device=device, config=config_name, cards=cards, check_reference=check_reference)
+    tokenizer, prompt_ids, _, _ = _preflight(prompt, model, sampling, max_context=None, arch=arch)
+    request = Request(prompt=prompt, prompt_ids=prompt_ids, sampling=sampling, model=model, dtype=dtype,
+                      device=device, config=config_name, cards=cards or 4, check_reference=check_reference)
+    from rich.text import Text
+
+    from ringgpt.host.tokenizer import TextStream
+
+    status = _status_console()
     stream = TextStream(tokenizer)
     prompt_shown = False
 
@@ -178,22 +226,26 @@ def generate_command(prompt: str, model: str, backend: str, config_name: str, ca
 
 @main.command("check", epilog=f"Exit status: 0 when every value is within its bound and the tokens match; "
               f"{EXIT_CHECK_FAILED} when something leaves its bound (the first place is named); {EXIT_USER_ERROR} "
-              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails.")
+              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
+              f"{EXIT_INTERRUPTED} when interrupted.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @click.option("--model", default="bundled", show_default=True,
               help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
-@click.option("--config", "config_name", default="u280", show_default=True, help="architecture preset")
-@click.option("--cards", type=click.IntRange(1, 4), default=4, show_default=True, help="cards on the ring")
+@click.option("--config", "config_name", default="u280", show_default=True,
+              help="architecture preset, optionally with its card count: u280, u280-x2")
+@click.option("--cards", type=click.IntRange(1, 4), default=None,
+              help="cards on the ring  [default: 4, or the -xN of --config]")
 @click.option("--steps", "--max-new-tokens", "steps", type=click.IntRange(0, None), default=4, show_default=True,
               help="teacher-forced decode steps after the prompt (the reference's greedy tokens)")
-@click.option("--max-context", type=click.IntRange(1, None), default=1024, show_default=True,
-              help="context the image is compiled for (at most the model's positions)")
+@click.option("--max-context", type=click.IntRange(1, None), default=None,
+              help=f"context the image is compiled for  [default: {MAX_CONTEXT}, or the model's positions if fewer]")
 @click.option("--max-rows", type=click.IntRange(1, None), default=None,
               help="tokens per prompt run (default: as many as the activation buffer holds)")
 @click.option("--all-runs", is_flag=True, help="one table row per run and probe instead of the worst over runs")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the full report (every probe, card and run) as JSON")
-def check_command(prompt: str, model: str, config_name: str, cards: int, steps: int, max_context: int,
+@debug_option
+def check_command(prompt: str, model: str, config_name: str, cards: int | None, steps: int, max_context: int | None,
                   max_rows: int | None, all_runs: bool, json_path: str | None) -> None:
     """Compare the compiled programs on the functional simulator with the PyTorch FP32 reference, layer by layer.
 
@@ -201,20 +253,24 @@ def check_command(prompt: str, model: str, config_name: str, cards: int, steps: 
     attention, projection, residual, LN2, MLP hidden, MLP out, residual, final LN, logits) on every card after
     the instruction that wrote it, and reports each one's relative RMS error against the reference, its bound,
     and the first place where an error leaves its bound: the card, the pc and the instruction."""
+    arch = arch_config(config_name, cards)
+    if json_path:
+        check_writable_file(json_path, "--json")
+    _, prompt_ids, _, context = _preflight(prompt, model, SamplingConfig(max_new_tokens=max(steps, 1)),
+                                           max_context=max_context, arch=arch, max_rows=max_rows)
     import torch
+    from rich.console import Console
+    from rich.text import Text
 
     from ringgpt.host import check
     from ringgpt.host.compiler import compile_model
+    from ringgpt.host.reference.models import load_model
     from ringgpt.host.runtime import cached_image
-    from ringgpt.hw.config import get_config
     from ringgpt.sim.functional import SimulatorDevice
 
-    status = Console(stderr=True)
+    status = _status_console()
     out = Console(width=max(Console().width, 120))
-    prompt_ids = load_tokenizer().encode(prompt)
     net = load_model(model, dtype=torch.float32)
-    arch = get_config(config_name, cards)
-    context = min(max_context, net.config.n_positions)
     with status.status(Text(f"compiling {model} for {arch.name}")):
         if max_rows is None:
             image, _ = cached_image(net, arch, context)
@@ -229,6 +285,25 @@ def check_command(prompt: str, model: str, config_name: str, cards: int, steps: 
     verdict = report.verdict()
     out.print(Text(verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
     if json_path:
-        check.write_json(report, json_path)
+        _write_atomically(json_path, lambda tmp: check.write_json(report, tmp))
     if not report.passed:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def _write_atomically(path: str, write: Callable[[str], None]) -> None:
+    """write(temporary sibling of path), then renames it onto path: a kill never leaves half a file at path."""
+    from ringgpt.host.image import _temporary_name
+
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), _temporary_name(os.path.basename(path)))
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+if __name__ == "__main__":
+    main(prog_name="ringgpt")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.errors import RingGPTError
 from ringgpt.hw.isa import Space
 
 MemoryReader = Callable[[Space, int, int], np.ndarray]
@@ -19,8 +20,11 @@ WatchCallback = Callable[[int, int, MemoryReader], None]
 """callback(card, pc, read), called right after card `card` has executed the instruction at `pc`."""
 
 
-class DeviceError(RuntimeError):
-    """A run that stopped on an error: illegal instruction, bad address, deadlock, timeout."""
+class DeviceError(RingGPTError, RuntimeError):
+    """A run that stopped on an error: illegal instruction, bad address, deadlock, timeout (the CLI exits 1)."""
+
+    exit_code = 1
+    label = "device error"
 
 
 class WatchUnsupportedError(DeviceError):

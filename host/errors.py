@@ -1,9 +1,33 @@
-"""The project's exception hierarchy: every error a user can cause is a RingGPTError with a message that says what
-is wrong and how to fix it (the CLI prints it as one line and exits 2)."""
+"""The project's exception hierarchy. Its one root, RingGPTError, is defined in ringgpt.hw.errors (so that the
+architecture config and the ISA derive from it too) and re-exported here. Every error a user can cause is a
+RingGPTError with a message that says what is wrong, where, and how to fix it; the CLI prints it as one line and
+exits with its `exit_code` (2 for bad input, 1 for a failed device run or an internal fault).
+
+    RingGPTError
+    ├── ConfigError, ConfigMismatchError              ringgpt.hw.config
+    ├── IllegalInstructionError                       ringgpt.hw.isa
+    ├── ImageError                                    ringgpt.host.image
+    ├── OutputError                                   here (a file or folder ringgpt refuses to write)
+    ├── DeviceError (exit 1) and the simulator's      ringgpt.host.device, ringgpt.sim.functional.errors
+    ├── CompileError, CapacityError, PlanError (1)    ringgpt.host.compiler
+    ├── ApplianceError, CheckError                    ringgpt.host.runtime, ringgpt.host.check
+    └── the reference path's errors below
+"""
+from ringgpt.hw.errors import RingGPTError
+
+__all__ = ["RingGPTError", "ModelSpecError", "CheckpointError", "DeviceUnavailableError", "TokenizerError",
+           "RequestError", "PromptError", "SamplingConfigError", "GoldenRecordError", "OutputError", "InternalError"]
 
 
-class RingGPTError(Exception):
-    """Base class of all ringgpt errors caused by bad input or a missing resource."""
+class InternalError(RingGPTError):
+    """A fault ringgpt detected in itself (not the user's input): exit 1, please report it."""
+
+    exit_code = 1
+    label = "internal error"
+
+
+class OutputError(RingGPTError):
+    """A file or folder that ringgpt refuses to write (it would destroy something that is not ours) or cannot."""
 
 
 class ModelSpecError(RingGPTError):

@@ -7,7 +7,7 @@ from pathlib import Path
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as _HFTokenizer
 
-from ringgpt.host.errors import TokenizerError
+from ringgpt.host.errors import PromptError, TokenizerError
 
 BPE_DIR = Path(__file__).parent / "data" / "gpt2-bpe"
 EOS_TOKEN = "<|endoftext|>"
@@ -36,7 +36,18 @@ class Tokenizer:
         self.vocab_size: int = self._tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` (no prefix space is added)."""
+        """Token ids of `text` (no prefix space is added). Raises PromptError for text that is not valid Unicode
+        (for example bytes that were not UTF-8, which Python passes on from the command line as lone surrogates)."""
+        if not isinstance(text, str):
+            raise PromptError(f"the prompt must be text (str), not {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = text[exc.start]
+            what = (f"byte 0x{ord(char) - 0xDC00:02x}" if 0xDC80 <= ord(char) <= 0xDCFF
+                    else f"lone surrogate U+{ord(char):04X}")
+            raise PromptError(f"the prompt is not valid UTF-8 text: {what} at character {exc.start} "
+                              f"(after {text[max(0, exc.start - 20):exc.start]!r}): pass UTF-8 text") from None
         return self._tok.encode(text).ids
 
     def decode(self, ids: list[int]) -> str:

@@ -12,14 +12,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from ringgpt.hw.errors import RingGPTError
+
 MAX_CARDS = 4
 
 
-class ConfigError(ValueError):
-    """An architecture configuration that cannot be built."""
+class ConfigError(RingGPTError, ValueError):
+    """An architecture configuration that cannot be built, or a preset name or card count that contradicts itself."""
 
 
-class ConfigMismatchError(RuntimeError):
+class ConfigMismatchError(RingGPTError, RuntimeError):
     """An artifact built for one configuration was loaded under another."""
 
 
@@ -178,12 +180,20 @@ PRESETS: dict[str, ArchConfig] = {
 
 
 def get_config(name: str, cards: int | None = None) -> ArchConfig:
-    """A preset by name ('u280', 'sim-small'; a '-xN' suffix or `cards` sets the card count)."""
-    base, _, suffix = name.partition("-x")
+    """A preset by name ('u280', 'sim-small'); a '-xN' suffix or `cards` sets the card count (default 1). Both may
+    be given only when they agree: 'u280-x4' with cards=1 is a ConfigError, as is a count outside 1..MAX_CARDS."""
+    if not isinstance(name, str):
+        raise ConfigError(f"an architecture config name is a string, not {type(name).__name__}")
+    base, sep, suffix = name.partition("-x")
     if base not in PRESETS:
         raise ConfigError(f"unknown architecture config {name!r}; presets: {', '.join(sorted(PRESETS))}")
-    if suffix:
-        if not suffix.isdigit():
+    if cards is not None and (isinstance(cards, bool) or not isinstance(cards, int) or not 1 <= cards <= MAX_CARDS):
+        raise ConfigError(f"cards must be 1..{MAX_CARDS}, got {cards!r}")
+    if sep:
+        if not (suffix.isascii() and suffix.isdigit() and 1 <= int(suffix) <= MAX_CARDS):
             raise ConfigError(f"bad card-count suffix in {name!r}: expected '-x1' ... '-x{MAX_CARDS}'")
-        cards = cards or int(suffix)
-    return PRESETS[base].with_cards(cards or 1)
+        if cards is not None and cards != int(suffix):
+            raise ConfigError(f"config {name!r} names {int(suffix)} card(s) but {cards} were asked for: give the "
+                              f"count once ('{base}' with --cards {cards}, or '{base}-x{cards}')")
+        cards = int(suffix)
+    return PRESETS[base].with_cards(1 if cards is None else cards)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from amaranth import signed, unsigned
 from amaranth.lib import data, enum
 
+from ringgpt.hw.errors import RingGPTError
+
 INSTRUCTION_BITS = 512
 INSTRUCTION_BYTES = INSTRUCTION_BITS // 8
 NUM_REGS = 16
@@ -40,8 +42,8 @@ HOST_ROWS_REG = 2
 """R2: number of tokens (rows) in the run, written by the host before each run."""
 
 
-class IllegalInstructionError(ValueError):
-    """An instruction word or text that does not encode a legal instruction."""
+class IllegalInstructionError(RingGPTError, ValueError):
+    """An instruction word, assembly text or program file that does not encode a legal instruction or program."""
 
 
 class Space(enum.Enum, shape=unsigned(3)):
@@ -414,31 +416,57 @@ def format_instruction(inst: Instruction) -> str:
     return " ".join(parts)
 
 
-_OPERAND_RE = re.compile(r"^(\w+)\[(0x[0-9a-fA-F]+|\d+)(?:\+r(\d+))?\]$")
-_DIM_RE = re.compile(r"^(?:r(\d+))?(?:\+?(\d+))?$")
+_OPERAND_RE = re.compile(r"^(\w+)\[(0x[0-9a-fA-F]+|\d+)(?:\+r(\d+))?\]$", re.ASCII)
+_DIM_RE = re.compile(r"^(?:r(\d+))?(?:\+?(\d+))?$", re.ASCII)
+_REG_RE = re.compile(r"r\d+", re.ASCII)
+_INT_RE = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|\d+)", re.ASCII)
+
+
+def required_fields(opcode: Opcode) -> tuple:
+    """The fields an instruction's text must give: its control fields (rd, rs, rt, imm) and the operands whose
+    space cannot be NONE. Dimensions, strides and flags default to zero."""
+    spec = OPCODES[opcode]
+    return tuple(spec.control) + tuple(o for o, spaces in spec.operands.items() if Space.NONE not in spaces)
+
+
+def _fields_of(opcode: Opcode) -> set:
+    spec = OPCODES[opcode]
+    return set(spec.control) | set(spec.operands) | set(spec.dims) | set(spec.strides)
 
 
 def parse_instruction(text: str, line: int | None = None) -> Instruction:
-    """Parses one line of assembly (see format_instruction); errors name the line and token."""
+    """Parses one line of assembly (see format_instruction); errors name the line and token. Every field the
+    opcode needs must be given (required_fields), none twice, and none that the opcode does not use."""
     where = f"line {line}: " if line is not None else ""
     tokens = text.split()
     if not tokens:
         raise IllegalInstructionError(f"{where}empty instruction")
     try:
-        opcode = Opcode[tokens[0].upper()]
+        opcode = Opcode[tokens[0].upper()] if tokens[0].isascii() else None
     except KeyError:
-        raise IllegalInstructionError(f"{where}unknown mnemonic {tokens[0]!r}") from None
+        opcode = None
+    if opcode is None:
+        raise IllegalInstructionError(f"{where}unknown mnemonic {tokens[0]!r}")
+    usable = _fields_of(opcode)
     fields: dict = {}
     flags: dict = {}
     for token in tokens[1:]:
         if token.startswith("+"):
             if token[1:] not in FLAG_NAMES:
                 raise IllegalInstructionError(f"{where}unknown flag {token!r}; flags: {', '.join(FLAG_NAMES)}")
+            if token[1:] in flags:
+                raise IllegalInstructionError(f"{where}flag {token!r} is given twice")
             flags[token[1:]] = 1
             continue
         key, eq, value = token.partition("=")
         if not eq:
             raise IllegalInstructionError(f"{where}expected key=value or +flag, got {token!r}")
+        if key in fields:
+            raise IllegalInstructionError(f"{where}field '{key}' is given twice ({key}=... and {token!r})")
+        known = key in OPERANDS or key in DIMS or key in STRIDES or key in CONTROL_FIELDS
+        if known and key not in usable:
+            raise IllegalInstructionError(f"{where}field '{key}': {opcode.name} does not use this field ({token!r}); "
+                                          f"it takes {', '.join(sorted(usable)) or 'no fields'}")
         try:
             if key in OPERANDS:
                 m = _OPERAND_RE.match(value)
@@ -451,15 +479,21 @@ def parse_instruction(text: str, line: int | None = None) -> Instruction:
                     raise ValueError(f"expected N, rK or rK+N, got {value!r}")
                 fields[key] = Dim(int(m.group(1) or 0), int(m.group(2) or 0))
             elif key in ("rd", "rs", "rt"):
-                if not re.fullmatch(r"r\d+", value):
+                if not _REG_RE.fullmatch(value):
                     raise ValueError(f"expected a register rN, got {value!r}")
                 fields[key] = int(value[1:])
             elif key in STRIDES or key == "imm":
+                if not _INT_RE.fullmatch(value):
+                    raise ValueError(f"expected an integer, got {value!r}")
                 fields[key] = int(value, 0)
             else:
                 raise ValueError("unknown field")
         except (ValueError, KeyError) as exc:
             raise IllegalInstructionError(f"{where}bad token {token!r}: {exc}") from None
+    missing = [name for name in required_fields(opcode) if name not in fields]
+    if missing:
+        raise IllegalInstructionError(f"{where}{opcode.name} needs {', '.join(missing)}: e.g. "
+                                      f"{' '.join(f'{n}=...' for n in required_fields(opcode))}")
     try:
         return Instruction.make(opcode, flags=Flags(**flags), **fields)
     except IllegalInstructionError as exc:
@@ -519,26 +553,56 @@ class Program:
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "Program":
+        """The program `to_bytes` wrote; anything else raises IllegalInstructionError naming the field or the
+        instruction that is wrong."""
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise IllegalInstructionError(f"a program is bytes, not {type(blob).__name__}")
+        blob = bytes(blob)
         if blob[:8] != PROGRAM_MAGIC:
-            raise IllegalInstructionError("not a ringgpt program (bad magic); was it built by `ringgpt compile`?")
+            raise IllegalInstructionError("not a ringgpt program (bad magic): compile the model again "
+                                          "(python -m ringgpt.host.compiler)")
+        if len(blob) < 12:
+            raise IllegalInstructionError(f"truncated program: {len(blob)} bytes, the header length needs 12")
         (hlen,) = struct.unpack_from("<I", blob, 8)
+        if 12 + hlen > len(blob):
+            raise IllegalInstructionError(f"truncated program: the header is {hlen} bytes but the file ends "
+                                          f"{len(blob) - 12} bytes after its length field")
         try:
             header = json.loads(blob[12:12 + hlen])
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise IllegalInstructionError(f"corrupt program header: {exc}") from None
+        if not isinstance(header, dict):
+            raise IllegalInstructionError(f"corrupt program header: a JSON {type(header).__name__}, not an object")
+
+        def field(name: str, check, expected: str):
+            if name not in header:
+                raise IllegalInstructionError(f"corrupt program header: field '{name}' is missing")
+            value = header[name]
+            if not check(value):
+                raise IllegalInstructionError(f"corrupt program header: field '{name}' = {value!r:.60} is not "
+                                              f"{expected}")
+            return value
+
+        def count(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        config_name = field("config_name", lambda v: isinstance(v, str), "a string")
+        config_hash = field("config_hash", lambda v: isinstance(v, str), "a string")
+        cards = field("cards", lambda v: count(v) and v >= 1, "an integer >= 1")
+        card = field("card", lambda v: count(v) and v < cards, f"a card number below cards = {cards}")
+        number = field("count", count, "an instruction count (an integer >= 0)")
+        meta = field("meta", lambda v: isinstance(v, dict), "an object")
         body = blob[12 + hlen:]
-        if len(body) != header["count"] * INSTRUCTION_BYTES:
-            raise IllegalInstructionError(f"truncated program: header says {header['count']} instructions, "
+        if len(body) != number * INSTRUCTION_BYTES:
+            raise IllegalInstructionError(f"truncated program: header says {number} instructions, "
                                           f"body holds {len(body) / INSTRUCTION_BYTES:g}")
         insts = []
-        for index in range(header["count"]):
+        for index in range(number):
             word = int.from_bytes(body[index * INSTRUCTION_BYTES:(index + 1) * INSTRUCTION_BYTES], "little")
             try:
                 insts.append(decode(word))
             except IllegalInstructionError as exc:
                 raise IllegalInstructionError(f"instruction {index}: {exc}") from None
-        return cls(insts, header["config_name"], header["config_hash"], header["card"], header["cards"],
-                   header["meta"])
+        return cls(insts, config_name, config_hash, card, cards, meta)
 
 
 # --- documentation ------------------------------------------------------------------------------
@@ -571,7 +635,11 @@ def docs_markdown() -> str:
         out.append(f"| `{name}` | {offset + width - 1}:{offset} | {width} | {kind} |")
     out += ["", "Spaces: " + ", ".join(f"`{s.name}` = {s.value}" for s in Space) + ".",
             "", "Assembly: `MNEMONIC key=value ... +flag`; operands `SPACE[offset]` or `SPACE[offset+rN]` "
-            "(`IMM[0x3c00]` is the FP16 constant 1.0), dimensions `N`, `rK` or `rK+N`, registers `rN`.", ""]
+            "(`IMM[0x3c00]` is the FP16 constant 1.0), dimensions `N`, `rK` or `rK+N`, registers `rN`. "
+            "An instruction's register and immediate fields and its operands that cannot be `NONE` must be given; "
+            "dimensions, strides and flags default to zero. A field given twice, or one the opcode does not use, "
+            "is an error, as is a program file whose header lacks a field or has one of the wrong type "
+            "(`IllegalInstructionError` naming the line or field).", ""]
     for unit in Unit:
         out.append(f"## {unit.name.title()} unit\n")
         for opcode, spec in OPCODES.items():

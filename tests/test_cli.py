@@ -68,7 +68,8 @@ def test_streams_each_token_as_it_comes(monkeypatch):
 
 
 @pytest.mark.parametrize("args, phrase", [
-    (["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
+    (["--sample", "--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
+    (["--top-p", "0.5"], "--top-p does nothing with greedy decoding"),
     (["--sample", "--temperature", "0"], "temperature=0.0 must be a finite number > 0"),
     (["--max-new-tokens", "0"], "max_new_tokens=0 must be an integer >= 1"),
     (["--model", "/nonexistent/ckpt"], "checkpoint directory /nonexistent/ckpt does not exist"),

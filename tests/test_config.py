@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from ringgpt.hw.config import PRESETS, ArchConfig, ConfigError, ConfigMismatchError, get_config
+from ringgpt.hw.config import PRESETS, ConfigError, ConfigMismatchError, get_config
 
 
 def test_u280_preset_derived_values():
@@ -63,7 +63,35 @@ def test_check_artifact():
         cfg.check_artifact("program", other.name, other.hash)
 
 
+def test_sim_small_preset_derived_values():
+    """Worked out by hand from the preset's figures (4 x 8 MACs, 4 x 64 MiB HBM at 128 bits, 100 MHz)."""
+    cfg = get_config("sim-small", cards=2)
+    assert cfg.name == "sim-small-x2" and cfg.cards == 2
+    assert cfg.macs_per_cycle == 32 and cfg.peak_gflops == pytest.approx(6.4)
+    assert cfg.hbm_bytes == 256 * 2 ** 20 and cfg.hbm_words == 128 * 2 ** 20
+    assert cfg.hbm_port_gbps == pytest.approx(6.4)  # 4 ports x 16 bytes x 100 MHz
+    assert cfg.hbm_sustained_gbps == pytest.approx(5.76) and cfg.hbm_bytes_per_cycle == pytest.approx(57.6)
+    assert cfg.ring_bytes_per_cycle == pytest.approx(121.0) and cfg.ring_latency_cycles == 50
+    assert cfg.wbuf_bank_words == 2 ** 15
+    assert dataclasses.replace(cfg, name="sim-small-x1", cards=1) == PRESETS["sim-small"]
+
+
+@pytest.mark.parametrize("name, cards, message", [
+    ("u280-x9", None, "bad card-count suffix in 'u280-x9'"),
+    ("u280-x0", None, "bad card-count suffix"),
+    ("u280-x4", 1, "names 4 card\\(s\\) but 1 were asked for"),
+    ("u280", 0, "cards must be 1..4, got 0"),
+    ("u280", 5, "cards must be 1..4, got 5"),
+    ("u280", True, "cards must be 1..4"),
+])
+def test_contradictory_card_counts(name, cards, message):
+    with pytest.raises(ConfigError, match=message):
+        get_config(name, cards)
+    assert get_config("u280-x2", 2).cards == 2
+
+
 def test_config_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         PRESETS["u280"].cards = 2  # type: ignore[misc]
-    assert isinstance(PRESETS["sim-small"], ArchConfig)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PRESETS["sim-small"].mac_width = 16  # type: ignore[misc]

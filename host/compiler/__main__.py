@@ -2,26 +2,27 @@
 into an appliance image directory and prints a summary (instructions per card, HBM map, activation plan)."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import click
-import torch
-from rich.console import Console
-from rich.table import Table
 
-from ringgpt.host.compiler.build import DEFAULT_WBUF_SLOTS, compile_model
-from ringgpt.host.errors import RingGPTError
-from ringgpt.host.image import ApplianceImage
-from ringgpt.host.reference.models import load_model
-from ringgpt.hw.config import ConfigError, get_config
-from ringgpt.hw.isa import Unit
+from ringgpt.host.cli_support import Command, arch_config, debug_option
+
+if TYPE_CHECKING:
+    from ringgpt.host.image import ApplianceImage
 
 MB = 2 ** 20
+DEFAULT_WBUF_SLOTS = 2
+"""ringgpt.host.compiler.build.DEFAULT_WBUF_SLOTS, named here so that --help needs no torch (a test keeps them equal)."""
 
 
 def summary_tables(image: ApplianceImage) -> list:
     """Rich tables: per card instruction counts by unit and HBM use; the HBM map of card 0 (KV regions folded)."""
+    from rich.table import Table
+
+    from ringgpt.hw.isa import Unit
+
     cfg, meta = image.config, image.meta
     cards = Table(title=f"{meta['source'] or 'model'} on {cfg.name}: max_rows {meta['max_rows']}, "
                         f"max_context {meta['max_context']}, KV group {meta['abuf'][0]['kv_group']} heads")
@@ -54,28 +55,53 @@ def summary_tables(image: ApplianceImage) -> list:
     return [cards, hbm]
 
 
-@click.command()
+@click.command(cls=Command, epilog="Exit status: 0 ok; 2 bad input (nothing is written); 1 an internal fault; "
+               "130 interrupted.")
 @click.option("--model", default="bundled", show_default=True,
               help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..")
-@click.option("--config", "config_name", default="u280", show_default=True, help="architecture preset")
-@click.option("--cards", type=click.IntRange(1, 4), default=4, show_default=True)
-@click.option("--max-context", type=int, default=1024, show_default=True)
-@click.option("--wbuf-slots", type=int, default=DEFAULT_WBUF_SLOTS, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), required=True, help="image directory to write")
-def main(model: str, config_name: str, cards: int, max_context: int, wbuf_slots: int, out: str) -> None:
-    """Compile a GPT-2 model into an appliance image."""
+@click.option("--config", "config_name", default="u280", show_default=True,
+              help="architecture preset, optionally with its card count: u280, u280-x2")
+@click.option("--cards", type=click.IntRange(1, 4), default=None, help="[default: 4, or the -xN of --config]")
+@click.option("--max-context", type=click.IntRange(1, None), default=None,
+              help="[default: 1024, or the model's positions if fewer]")
+@click.option("--wbuf-slots", type=click.IntRange(2, None), default=DEFAULT_WBUF_SLOTS, show_default=True)
+@click.option("--out", type=click.Path(), required=True,
+              help="image folder to write: a new or empty one, or one that holds only an earlier image")
+@click.option("--force", is_flag=True,
+              help="write into a folder that holds other files too (only the image's own files are written)")
+@debug_option
+def main(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, out: str,
+         force: bool) -> None:
+    """Compile a GPT-2 model into an appliance image folder.
+
+    Everything is checked before the model is loaded: the options, the model's config against the architecture,
+    and --out (never a file; an existing folder only if it is empty or holds only an image, unless --force)."""
+    from ringgpt.host.compiler.dims import preflight
+    from ringgpt.host.image import check_output_dir
+    from ringgpt.host.reference.spec import source_fields
+
+    config = arch_config(config_name, cards)
+    check_output_dir(out, force=force)
+    fields = source_fields(model)
+    if max_context is not None and max_context > fields["n_positions"]:
+        raise click.BadParameter(f"{max_context} exceeds the model's {fields['n_positions']} positions",
+                                 param_hint="'--max-context'")
+    max_context = max_context or min(1024, fields["n_positions"])
+    preflight(fields, config, max_context, wbuf_slots=wbuf_slots)
+
+    import torch
+    from rich.console import Console
+
+    from ringgpt.host.compiler.build import compile_model
+    from ringgpt.host.reference.models import load_model
+
     console = Console(width=120)
-    try:
-        config = get_config(config_name, cards)
-        image = compile_model(load_model(model, dtype=torch.float16), config, max_context, wbuf_slots=wbuf_slots)
-    except (RingGPTError, ConfigError) as exc:
-        click.echo(f"error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(2)
-    image.save(out)
+    image = compile_model(load_model(model, dtype=torch.float16), config, max_context, wbuf_slots=wbuf_slots)
+    image.save(out, force=force)
     for table in summary_tables(image):
         console.print(table)
     console.print(f"image written to {out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="python -m ringgpt.host.compiler")

@@ -33,6 +33,9 @@ from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
 class PlanError(CompileError):
     """The compiler's plan breaks one of its invariants (a compiler bug, reported instead of wrong numbers)."""
 
+    exit_code = 1  # not the user's input: the CLI reports it as an internal fault
+    label = "internal error"
+
 
 @dataclass(frozen=True)
 class CardPlan:

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache, GPT2LMHeadModel
 
-from ringgpt.host.errors import PromptError, RequestError
-from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler
+from ringgpt.host.errors import RequestError
+from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler, validate_prompt  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -38,22 +38,6 @@ class GenerationResult:
     logits: np.ndarray | None
     timings: Timings
     hidden_states: dict[int, np.ndarray] = field(default_factory=dict)
-
-
-def validate_prompt(prompt_ids: list[int], cfg: SamplingConfig, *, vocab_size: int, context: int,
-                    context_name: str = "the model's context", hint: str = "") -> None:
-    """Raises PromptError / SamplingConfigError unless `prompt_ids` plus cfg.max_new_tokens new tokens fit a
-    model of `vocab_size` tokens and `context` positions (shared by the reference path and the appliance)."""
-    if not prompt_ids:
-        raise PromptError("the prompt is empty: give at least one token")
-    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
-    if bad:
-        raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {vocab_size})")
-    cfg.validate(vocab_size)
-    total = len(prompt_ids) + cfg.max_new_tokens
-    if total > context:
-        raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
-                          f"{context_name} of {context} positions: shorten the prompt or lower max_new_tokens{hint}")
 
 
 def check_request(model: GPT2LMHeadModel, prompt_ids: list[int], cfg: SamplingConfig,

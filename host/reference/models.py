@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from safetensors import SafetensorError
@@ -14,67 +14,24 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from ringgpt.host.errors import CheckpointError, DeviceUnavailableError, ModelSpecError
+from ringgpt.host.reference.spec import (BUNDLED_MODEL_DIR, GPT2_SIZES, HF_ALIASES, N_POSITIONS,  # noqa: F401
+                                         REQUIRED_SPEC_KEYS, SPEC_KEYS, SYNTHETIC_PREFIX, VOCAB_SIZE, GPT2Size,
+                                         bundled_dir, checkpoint_dir, read_config_json, size_fields,
+                                         synthetic_fields)
 
-VOCAB_SIZE = 50257
-N_POSITIONS = 1024
-
-
-class GPT2Size(NamedTuple):
-    n_layer: int
-    n_embd: int
-    n_head: int
-
-
-GPT2_SIZES: dict[str, GPT2Size] = {
-    "gpt2-124m": GPT2Size(12, 768, 12),
-    "gpt2-355m": GPT2Size(24, 1024, 16),
-    "gpt2-774m": GPT2Size(36, 1280, 20),
-    "gpt2-1.5b": GPT2Size(48, 1600, 25),
-}
-HF_ALIASES = {"gpt2": "gpt2-124m", "gpt2-medium": "gpt2-355m", "gpt2-large": "gpt2-774m", "gpt2-xl": "gpt2-1.5b"}
-
-BUNDLED_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "models" / "bundled"
-SYNTHETIC_PREFIX = "synthetic:"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
-SPEC_KEYS = ("n_layer", "n_embd", "n_head", "n_positions", "vocab_size")
-REQUIRED_SPEC_KEYS = SPEC_KEYS[:3]
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 LEGACY_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints, not weights
 
 
 def size_config(name: str) -> GPT2Config:
     """The GPT2Config of a named size ("gpt2-124m" ... or its Hugging Face alias "gpt2" ...)."""
-    size = GPT2_SIZES.get(HF_ALIASES.get(name, name))
-    if size is None:
-        raise ModelSpecError(f"unknown GPT-2 size {name!r}: use one of {', '.join([*GPT2_SIZES, *HF_ALIASES])}")
-    return GPT2Config(vocab_size=VOCAB_SIZE, n_positions=N_POSITIONS, **size._asdict())
+    return GPT2Config(**size_fields(name))
 
 
 def synthetic_config(spec: str) -> GPT2Config:
     """GPT2Config from the part after "synthetic:": a size name or "n_layer=2,n_embd=128,n_head=2[,n_positions=..,vocab_size=..]"."""
-    if "=" not in spec:
-        return size_config(spec)
-    fields: dict[str, int] = {}
-    for item in spec.split(","):
-        key, _, value = item.partition("=")
-        key = key.strip()
-        if key not in SPEC_KEYS:
-            raise ModelSpecError(f"unknown field {key!r} in synthetic spec {spec!r}: use {', '.join(SPEC_KEYS)}")
-        try:
-            fields[key] = int(value)
-        except ValueError:
-            raise ModelSpecError(f"{key}={value!r} in synthetic spec {spec!r} is not an integer") from None
-        if fields[key] < 1:
-            raise ModelSpecError(f"{key}={fields[key]} in synthetic spec {spec!r} must be at least 1")
-    missing = [k for k in REQUIRED_SPEC_KEYS if k not in fields]
-    if missing:
-        raise ModelSpecError(f"synthetic spec {spec!r} lacks {', '.join(missing)}: give n_layer, n_embd and n_head")
-    if fields["n_embd"] % fields["n_head"]:
-        raise ModelSpecError(f"n_embd={fields['n_embd']} is not a multiple of n_head={fields['n_head']} in {spec!r}")
-    fields.setdefault("vocab_size", VOCAB_SIZE)
-    fields.setdefault("n_positions", N_POSITIONS)
-    eos = min(GPT2Config().eos_token_id, fields["vocab_size"] - 1)
-    return GPT2Config(bos_token_id=eos, eos_token_id=eos, **fields)
+    return GPT2Config(**synthetic_fields(spec))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -104,10 +61,7 @@ def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str =
     if source.startswith(SYNTHETIC_PREFIX):
         model = _synthetic_model(synthetic_config(source[len(SYNTHETIC_PREFIX):]), dtype, seed)
     elif source == "bundled":
-        if not (BUNDLED_MODEL_DIR / "config.json").is_file():
-            raise CheckpointError(f"the bundled model is not installed ({BUNDLED_MODEL_DIR} has no config.json): "
-                                  "use 'synthetic:gpt2-124m' for random weights or a Hugging Face GPT-2 checkpoint directory")
-        model = _checkpoint_model(BUNDLED_MODEL_DIR, dtype)
+        model = _checkpoint_model(bundled_dir(BUNDLED_MODEL_DIR), dtype)
     else:
         model = _checkpoint_model(Path(source), dtype)
     model.config.name_or_path = source
@@ -153,11 +107,7 @@ def _synthetic_model(config: GPT2Config, dtype: torch.dtype, seed: int) -> GPT2L
 
 
 def _checkpoint_model(directory: Path, dtype: torch.dtype) -> GPT2LMHeadModel:
-    if not directory.exists():
-        raise CheckpointError(f"checkpoint directory {directory} does not exist: pass 'bundled', "
-                              "'synthetic:<size>' or the path of a Hugging Face GPT-2 checkpoint directory")
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory} is a file: pass the directory that holds config.json and the weights")
+    directory = checkpoint_dir(directory)
     config = _read_config(directory)
     state = _read_weights(directory)
     model = _empty_model(config)
@@ -168,18 +118,7 @@ def _checkpoint_model(directory: Path, dtype: torch.dtype) -> GPT2LMHeadModel:
 
 
 def _read_config(directory: Path) -> GPT2Config:
-    path = directory / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"{directory} has no config.json: a Hugging Face GPT-2 checkpoint directory holds "
-                              "config.json and model.safetensors (or pytorch_model.bin)")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc}): restore the checkpoint's config.json") from None
-    if not isinstance(data, dict) or data.get("model_type") != "gpt2":
-        kind = data.get("model_type") if isinstance(data, dict) else None
-        raise CheckpointError(f"{path} describes model_type {kind!r}, not 'gpt2': ringgpt runs GPT-2 checkpoints only")
-    return GPT2Config.from_dict(data)
+    return GPT2Config.from_dict(read_config_json(directory))
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -240,8 +179,17 @@ def _read_torch(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"cannot read {path}: it is corrupt or truncated ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}): download the checkpoint again") from None
+        text = str(exc)
+        if "Weights only load failed" in text:
+            found = re.search(r"(GLOBAL [\w.]+|Unsupported operand \d+|Unsupported global: GLOBAL [\w.]+)", text)
+            detail = f" ({found.group(1)})" if found else ""
+            raise CheckpointError(f"{path} is a pickle that safe loading refuses{detail}: it holds Python objects "
+                                  "besides tensors, or is damaged, and ringgpt never unpickles those (that can run "
+                                  "arbitrary code): use the checkpoint's model.safetensors, or a pytorch_model.bin "
+                                  "that holds only tensors") from None
+        first = text.splitlines()[0].split(". ")[0] if text else ""
+        raise CheckpointError(f"cannot read {path}: it is corrupt or truncated ({type(exc).__name__}: {first}): "
+                              "download the checkpoint again") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path} does not hold a state dict of tensors: it is not a model weights file")
     return state

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ringgpt.host.errors import RequestError, SamplingConfigError
+from ringgpt.host.errors import PromptError, RequestError, SamplingConfigError
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,22 @@ class TokenSampler:
         cdf = np.cumsum(probs)
         last_possible = np.searchsorted(cdf, cdf[-1])  # guards against u * total rounding up to total
         return int(min(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"), last_possible))
+
+
+def validate_prompt(prompt_ids: list[int], cfg: SamplingConfig, *, vocab_size: int, context: int,
+                    context_name: str = "the model's context", hint: str = "") -> None:
+    """Raises PromptError / SamplingConfigError unless `prompt_ids` plus cfg.max_new_tokens new tokens fit a
+    model of `vocab_size` tokens and `context` positions (shared by the reference path and the appliance)."""
+    if not prompt_ids:
+        raise PromptError("the prompt is empty: give at least one token")
+    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise PromptError(f"prompt token ids {bad[:5]} are outside the model's vocabulary [0, {vocab_size})")
+    cfg.validate(vocab_size)
+    total = len(prompt_ids) + cfg.max_new_tokens
+    if total > context:
+        raise PromptError(f"prompt of {len(prompt_ids)} tokens + {cfg.max_new_tokens} new tokens = {total} exceeds "
+                          f"{context_name} of {context} positions: shorten the prompt or lower max_new_tokens{hint}")
 
 
 def _is_int(value: object) -> bool:

@@ -70,6 +70,11 @@ class Appliance:
         except (KeyError, TypeError, ValueError) as exc:
             raise ApplianceError(f"the appliance image lacks its host layout ({exc!r} in its meta): "
                                  "rebuild it with ringgpt.host.compiler") from None
+        if self.max_rows < 1 or self.max_context < 1 or self.vocab_size < 1 or any(n < 1 for _, _, n in self._logits):
+            raise ApplianceError(f"the appliance image's meta is damaged (max_rows {self.max_rows}, max_context "
+                                 f"{self.max_context}, vocab_size {self.vocab_size}, logits slices "
+                                 f"{[n for _, _, n in self._logits]} must be positive): rebuild it with "
+                                 "ringgpt.host.compiler")
         self.eos_id = meta.get("eos_token_id")
         self.device, self.image = device, image
         device.load(image)

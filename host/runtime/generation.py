@@ -11,7 +11,9 @@ import torch
 
 from ringgpt.host.reference.generate import generate as reference_generate
 from ringgpt.host.reference.models import load_model
-from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.host.reference.sampling import SamplingConfig, validate_prompt
+from ringgpt.host.reference.spec import source_fields
+from ringgpt.host.compiler.dims import preflight
 from ringgpt.host.runtime.appliance import Appliance, ApplianceResult
 from ringgpt.host.runtime.images import cached_image
 from ringgpt.host.tokenizer import load_tokenizer
@@ -114,10 +116,15 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
     sampling = sampling or SamplingConfig()
     tokenizer = load_tokenizer()
     prompt_ids = tokenizer.encode(prompt)
-    net = load_model(model, dtype=torch.float32)
     arch = get_config(config, cards)
+    fields = source_fields(model)  # everything checkable from the model's config, before its weights load
+    context = min(max_context, fields["n_positions"])
+    validate_prompt(prompt_ids, sampling, vocab_size=fields["vocab_size"], context=context,
+                    context_name="the appliance's context")
+    preflight(fields, arch, context)
+    net = load_model(model, dtype=torch.float32)
     started = time.perf_counter()
-    image, cached = cached_image(net, arch, min(max_context, net.config.n_positions))
+    image, cached = cached_image(net, arch, context)
     compile_s = time.perf_counter() - started
     appliance = Appliance(SimulatorDevice(arch), image)
     result = appliance.generate(prompt_ids, sampling, on_token)
