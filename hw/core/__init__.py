@@ -1,0 +1,1 @@
+"""The compute core's units (docs/rtl-core.md)."""

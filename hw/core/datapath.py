@@ -1,0 +1,112 @@
+"""The single-instruction harness: the buffers and one unit, as the tests (and the cycle table) drive them.
+
+`Datapath(unit, config, abuf_words, wbuf_words)` holds `Buffers` sized from the config and one unit
+(`UNITS`: matrix, vector, dma), wired port by port by name. Besides the unit's own `issue` stream and
+`status`, it has a `load` port (port_words words per cycle into ABUF or WBUF; it shares the unit's
+first write port into that buffer through a `WriteArbiter`, the unit winning) and a `dump` port
+(port_words words per cycle out of either buffer, one cycle after the address).
+
+`small_config` shrinks a preset's buffers for simulation through ArchConfig's own validation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ringgpt.hw.config import ArchConfig, get_config
+from ringgpt.hw.isa import Space
+
+from .buffers import Buffers, WriteArbiter
+from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, WritePort
+
+UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
+         "dma": "ringgpt.hw.core.dma:OnChipDMA"}
+"""The units the harness can hold, by the names of isa.Unit (lower case)."""
+
+
+def small_config(base: str = "sim-small", *, abuf_words: int, wbuf_words: int) -> ArchConfig:
+    """Preset `base` with smaller buffers (validated like any ArchConfig)."""
+    cfg = get_config(base)
+    return dataclasses.replace(cfg, name=f"{cfg.name}-rtl", abuf_words=abuf_words, wbuf_words=wbuf_words)
+
+
+def unit_class(unit: str):
+    module, _, name = UNITS[unit].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class Datapath(wiring.Component):
+    """Buffers + one unit + load/dump ports (see the module docstring)."""
+
+    def __init__(self, unit: str = "matrix", config: str = "sim-small", abuf_words: int = 2048,
+                 wbuf_words: int = 1024):
+        self.cfg = small_config(config, abuf_words=abuf_words, wbuf_words=wbuf_words)
+        self.unit_name = unit
+        self.unit = unit_class(unit)(self.cfg)
+        self.port_words = min(self.cfg.mac_width, self.cfg.vector_width)
+        P = self.port_words
+        self.load_layout = data.StructLayout({"en": 1, "space": Space, "addr": ADDRESS_BITS,
+                                              "data": data.ArrayLayout(WORD, P)})
+        self.dump_layout = data.StructLayout({"space": Space, "addr": ADDRESS_BITS})
+        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+                          "load": In(self.load_layout), "dump": In(self.dump_layout),
+                          "dump_data": Out(data.ArrayLayout(WORD, P))})
+
+    @property
+    def latency(self) -> int:
+        return self.unit.latency
+
+    def elaborate(self, platform):
+        m = Module()
+        unit, P = self.unit, self.port_words
+        m.submodules.unit = unit
+        ports = dict(unit.buffer_ports)
+        shared = {}
+        for space in (Space.ABUF, Space.WBUF):
+            prefix = space.name.lower()
+            ports[f"{prefix}_dump"] = (space, ReadPort(P))
+            writer = next((name for name, (sp, sig) in unit.buffer_ports.items()
+                           if sp == space and isinstance(sig, WritePort)), None)
+            if writer is None:
+                ports[f"{prefix}_load"] = (space, WritePort(P))
+            else:
+                width = max(P, unit.buffer_ports[writer][1].words)
+                ports[writer] = (space, WritePort(width))
+                shared[space] = writer
+        m.submodules.buffers = buffers = Buffers(self.cfg, ports)
+        wiring.connect(m, wiring.flipped(self.issue), unit.issue)
+        wiring.connect(m, unit.status, wiring.flipped(self.status))
+
+        for name, (space, sig) in unit.buffer_ports.items():
+            if shared.get(space) == name:
+                continue
+            wiring.connect(m, getattr(unit, name), getattr(buffers, name))
+
+        load = self.load
+        for space in (Space.ABUF, Space.WBUF):
+            prefix = space.name.lower()
+            if space in shared:
+                name = shared[space]
+                target = getattr(buffers, name)
+                arb = m.submodules[f"{prefix}_arbiter"] = WriteArbiter(ports[name][1].words)
+                src = getattr(unit, name)
+                m.d.comb += [arb.first.addr.eq(src.addr), arb.first.en.eq(src.en), arb.first.mask.eq(src.mask)]
+                m.d.comb += [arb.first.data[i].eq(src.data[i]) for i in range(src.signature.words)]
+                wiring.connect(m, arb.out, target)
+                port = arb.second
+            else:
+                port = getattr(buffers, f"{prefix}_load")
+            m.d.comb += [port.addr.eq(load.addr), port.en.eq(load.en & (load.space == space)),
+                         port.mask.eq((1 << P) - 1)]
+            m.d.comb += [port.data[i].eq(load.data[i]) for i in range(P)]
+            m.d.comb += getattr(buffers, f"{prefix}_dump").addr.eq(self.dump.addr)
+
+        space_d = Signal(Space)
+        m.d.sync += space_d.eq(self.dump.space)
+        abuf_dump, wbuf_dump = buffers.abuf_dump.data, buffers.wbuf_dump.data
+        m.d.comb += [self.dump_data[i].eq(Mux(space_d == Space.WBUF, wbuf_dump[i], abuf_dump[i])) for i in range(P)]
+        return m

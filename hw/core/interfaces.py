@@ -1,0 +1,207 @@
+"""Every signature and payload layout the core's units share, in one place.
+
+* `IssueLayout`: what the controller hands a unit: the instruction word as the ISA's own
+  `InstructionLayout` view and the 16 register values. Units resolve register-relative fields
+  themselves (`resolve`): an operand's address is `offset + R[reg]`, a dimension `imm + R[reg]`
+  (32-bit wrap, R0 reads 0), exactly as `sim/functional` does.
+* `Completion`: the unit's answer: a one-cycle `done` pulse, an `ErrorCode` and the cycles the unit
+  was busy with the instruction (from accepting it to `done`).
+* `ReadPort(words)` / `WritePort(words)`: a buffer port `words` FP16 words wide at any word address
+  (the buffers rotate the interleaved banks; see `buffers.py`). Reads return data one cycle after the
+  address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
+
+Checks every unit applies before it touches a buffer (`check_instruction`), derived from
+`isa.OPCODES`, so no field width, opcode number or space code is restated here.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Signal, Value, unsigned
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from ringgpt.hw import isa
+from ringgpt.hw.isa import DIMS, FLAG_NAMES, NUM_REGS, OPCODES, OPERANDS, REG_BITS, STRIDES, InstructionLayout, Space
+
+WORD = 16
+"""Bits of one buffer word (FP16)."""
+ADDRESS_BITS = REG_BITS
+"""Word addresses and dimensions after register resolution (32-bit wrap)."""
+READ_LATENCY = 1
+"""Cycles from a read port's address to its data."""
+
+IssueLayout = data.StructLayout({"inst": InstructionLayout, "regs": data.ArrayLayout(unsigned(REG_BITS), NUM_REGS)})
+"""One instruction issued to a unit: the word and the register file at issue."""
+
+
+class ErrorCode(enum.Enum, shape=3):
+    """Why a unit refused an instruction (it then writes nothing and completes at once)."""
+    NONE = 0
+    WRONG_UNIT = 1
+    """The opcode is not one this unit executes (or no opcode at all)."""
+    RESERVED = 2
+    """A reserved bit is set, or a field, flag or register the opcode does not use is not zero."""
+    BAD_SPACE = 3
+    """An operand names a memory space the opcode does not take there."""
+    ZERO_DIM = 4
+    """A dimension the opcode uses (rows, n, k) resolves to zero."""
+    OUT_OF_RANGE = 5
+    """An operand block runs past the end of its buffer (or past 2**32)."""
+
+
+class Completion(wiring.Signature):
+    """Unit -> controller: `done` (one cycle per instruction), its `error` and busy `cycles`."""
+
+    def __init__(self):
+        super().__init__({"done": Out(1), "error": Out(ErrorCode), "cycles": Out(32)})
+
+    def __eq__(self, other):
+        return type(other) is Completion
+
+    def __repr__(self):
+        return "Completion()"
+
+
+class ReadPort(wiring.Signature):
+    """A `words`-wide read at any word address: `data[i]` = buffer[addr + i], READ_LATENCY after `addr`."""
+
+    def __init__(self, words: int):
+        self.words = words
+        super().__init__({"addr": Out(ADDRESS_BITS), "data": In(data.ArrayLayout(WORD, words))})
+
+    def __eq__(self, other):
+        return type(other) is ReadPort and other.words == self.words
+
+    def __repr__(self):
+        return f"ReadPort({self.words})"
+
+
+class WritePort(wiring.Signature):
+    """A `words`-wide write at any word address: buffer[addr + i] = data[i] where en and mask[i]."""
+
+    def __init__(self, words: int):
+        self.words = words
+        super().__init__({"addr": Out(ADDRESS_BITS), "data": Out(data.ArrayLayout(WORD, words)),
+                          "mask": Out(words), "en": Out(1)})
+
+    def __eq__(self, other):
+        return type(other) is WritePort and other.words == self.words
+
+    def __repr__(self):
+        return f"WritePort({self.words})"
+
+
+def latency_of(component) -> int:
+    """`component.latency`, for a component built only to read it (silences the unused warning)."""
+    component._MustUse__silence = True
+    return component.latency
+
+
+def pipe(m: Module, value, cycles: int, *, name: str):
+    """`value` delayed by `cycles` registers, keeping its shape (a layout stays a view)."""
+    shape = value.shape()
+    for n in range(cycles):
+        reg = Signal(shape, name=f"{name}_d{n + 1}")
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
+
+
+def issue_signature():
+    from amaranth.lib import stream
+    return stream.Signature(IssueLayout)
+
+
+# --- operand resolution ----------------------------------------------------------------------
+
+def resolve(m: Module, issue, *, name: str = "r") -> dict:
+    """The register-relative fields of `issue` (an IssueLayout view) resolved, as combinational
+    signals: {operand: (space view, address)}, {dim: value}, {stride: value} (R0 reads 0)."""
+    inst = issue.inst
+    regs = regs_with_zero(m, issue.regs, name=f"{name}_regs")
+    out = {}
+    for operand in OPERANDS:
+        op = inst[operand]
+        addr = Signal(ADDRESS_BITS, name=f"{name}_{operand}")
+        m.d.comb += addr.eq(op.offset + regs[op.reg])
+        out[operand] = (op.space, addr)
+    for dim in DIMS:
+        d = inst[dim]
+        value = Signal(ADDRESS_BITS, name=f"{name}_{dim}")
+        m.d.comb += value.eq(d.imm + regs[d.reg])
+        out[dim] = value
+    for stride in STRIDES:
+        out[stride] = inst[stride]
+    return out
+
+
+def regs_with_zero(m: Module, issue_regs, *, name: str = "regs") -> Signal:
+    """The register values with R0 forced to read 0."""
+    regs = Signal(data.ArrayLayout(unsigned(REG_BITS), NUM_REGS), name=name)
+    m.d.comb += regs.eq(issue_regs)
+    m.d.comb += regs[0].eq(0)
+    return regs
+
+
+def block_fits(base, rows, cols, stride, size: int) -> "Value":
+    """base + (rows - 1) * stride + cols <= size (rows, cols >= 1), computed without wrapping."""
+    wide = unsigned(2 * ADDRESS_BITS + 2)
+    end = base.as_unsigned() + (rows - 1) * stride + cols
+    return end.as_unsigned() <= Const(size, wide)
+
+
+def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
+    """Combinational legality checks of `inst` for a unit executing `opcodes`: {'wrong_unit',
+    'reserved', 'bad_space'} as 1-bit signals (space and field rules from isa.OPCODES, as
+    isa.validate applies them)."""
+    mine = Signal(name=f"{name}_mine")
+    reserved = Signal(name=f"{name}_reserved")
+    bad_space = Signal(name=f"{name}_bad_space")
+    m.d.comb += mine.eq(Cat(inst.opcode == op for op in opcodes).any())
+    reserved_terms = [inst.reserved != 0, inst.flags.reserved != 0]
+    space_terms = []
+    for op in opcodes:
+        spec = OPCODES[op]
+        is_op = inst.opcode == op
+        unused, wrong_space = [], []
+        for operand in OPERANDS:
+            field = inst[operand]
+            allowed = spec.operands.get(operand)
+            if allowed is None:
+                unused.append(Value.cast(field) != 0)
+                continue
+            wrong_space.append(~Cat(field.space == s for s in allowed).any())
+            for s in (Space.NONE, Space.IMM):
+                if s in allowed:
+                    unused.append((field.space == s) & (field.reg != 0))
+            if Space.IMM in allowed:
+                unused.append((field.space == Space.IMM) & (field.offset[WORD:] != 0))
+        for group, used in ((DIMS, spec.dims), (STRIDES, spec.strides), (isa.CONTROL_FIELDS, spec.control)):
+            for field in group:
+                if field not in used:
+                    unused.append(Value.cast(inst[field]) != 0)
+        for flag in FLAG_NAMES:
+            if flag not in spec.flags:
+                unused.append(inst.flags[flag] != 0)
+        if unused:
+            reserved_terms.append(is_op & Cat(*unused).any())
+        if wrong_space:
+            space_terms.append(is_op & Cat(*wrong_space).any())
+    m.d.comb += reserved.eq(Cat(*reserved_terms).any())
+    m.d.comb += bad_space.eq(Cat(*space_terms).any() if space_terms else 0)
+    return {"wrong_unit": ~mine, "reserved": reserved, "bad_space": bad_space}
+
+
+def error_code(m: Module, checks: dict, *, zero_dim, out_of_range, name: str = "err") -> Signal:
+    """The ErrorCode of the first failing check, in the order of the enum."""
+    code = Signal(ErrorCode, name=name)
+    with m.If(checks["wrong_unit"]):
+        m.d.comb += code.eq(ErrorCode.WRONG_UNIT)
+    with m.Elif(checks["reserved"]):
+        m.d.comb += code.eq(ErrorCode.RESERVED)
+    with m.Elif(checks["bad_space"]):
+        m.d.comb += code.eq(ErrorCode.BAD_SPACE)
+    with m.Elif(zero_dim):
+        m.d.comb += code.eq(ErrorCode.ZERO_DIM)
+    with m.Elif(out_of_range):
+        m.d.comb += code.eq(ErrorCode.OUT_OF_RANGE)
+    return code

@@ -1,0 +1,276 @@
+"""The matrix unit: MATMUL (FP32 bias, fused GELU) and MASKED_QK (causal mask, row max into aux).
+
+    ABUF x tile (mac_width words) ──broadcast──┬─▶ MacTreeCore lane 0 ─▶ TileAccumulator ─┐
+    WBUF/ABUF weight tiles (lanes x mac_width) ├─▶ MacTreeCore lane 1 ─▶ TileAccumulator ─┤
+                                               └─▶ ...                                   │
+      ┌──────────────────────────────────────────────────────────────────────────────────┘
+      └─▶ + bias (FP16 -> FP32 exact, FP32 add) ─▶ ToFP16 ─▶ GELU? ─▶ mask? ─▶ ABUF dst (lanes words)
+                                                                     └─▶ MaxTree ─▶ row max ─▶ ABUF aux
+
+Order of work. Output element (r, j) is the sum over the k tiles of mac_width products. The unit
+walks *pairs* (row r, column group g of mpu_lanes columns), row-major, in *sets* of at least
+`loop_latency` pairs (the tile accumulator's adder loop): for each tile t, one beat per pair of the
+set; so consecutive tiles of one sum are at least loop_latency beats apart and the accumulator never
+stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2 * loop_latency
+remain (so `contexts` = 2 * loop_latency - 1). Each beat reads one x tile (broadcast to all lanes) and
+one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ringgpt.hw import numerics as nx
+from ringgpt.hw.arith.accumulator import TileAccumulator
+from ringgpt.hw.arith.common import FP16, FP32, delay, register
+from ringgpt.hw.arith.fp16_mul import FP16MulCore
+from ringgpt.hw.arith.fp32_add import FP32AddCore
+from ringgpt.hw.arith.mac_tree import MacTreeCore
+from ringgpt.hw.arith.max_tree import MaxTreeCore, order_key
+from ringgpt.hw.arith.special import SpecialFunctionCore
+from ringgpt.hw.arith.to_fp16 import ToFP16Core
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
+                         check_instruction, error_code, latency_of, pipe, resolve)
+
+FP16_ONE = 0x3C00
+FP16_NEG_ZERO = 0x8000
+FP16_MIN_KEY = 0xFFFF
+"""The smallest pattern in max's total order (-NaN with every payload bit set): fills unused lanes."""
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+class MatrixUnit(wiring.Component):
+    """Matrix unit of `cfg`: `mpu_lanes` lanes of `mac_width`-wide MAC trees.
+
+    Computes MATMUL (numerics.matmul: exact products, folding tree per mac_width tile, tiles
+    accumulated in order, + FP32 bias, one rounding, GELU by table) and MASKED_QK (the same product,
+    -Inf where j > pos + r, each row's total-order maximum written to aux[r * aux_stride]).
+
+    Throughput: one beat per cycle = mpu_lanes x mac_width MACs; an instruction issues
+    rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
+    >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
+    Latency: `latency` cycles from a beat's issue to its result's write (read, MAC tree,
+    accumulator, bias, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles
+    (`Completion.cycles`) = `overhead` + beats + `latency` (+ `row_max_latency` for MASKED_QK).
+
+    Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
+    `buffer_ports` (name -> (space, signature)).
+    """
+
+    opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.MATRIX)
+
+    def __init__(self, cfg: ArchConfig):
+        if cfg.mac_width < 2:
+            raise ValueError(f"the matrix unit needs mac_width >= 2, got {cfg.mac_width}")
+        self.cfg = cfg
+        self.lanes, self.width = cfg.mpu_lanes, cfg.mac_width
+        self.tree_latency = latency_of(MacTreeCore(self.width))
+        self.loop_latency = FP32AddCore.latency
+        self.contexts = 2 * self.loop_latency - 1
+        acc_latency = latency_of(TileAccumulator(self.contexts))
+        self.post_latency = READ_LATENCY + FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency \
+            + latency_of(SpecialFunctionCore("gelu"))
+        self.latency = READ_LATENCY + self.tree_latency + acc_latency + self.post_latency
+        self.row_max_latency = latency_of(MaxTreeCore(self.lanes)) if self.lanes >= 2 else 0
+        self.overhead = 3
+        """Cycles of the accept, check and done steps."""
+        L, W = self.lanes, self.width
+        ports = {"abuf_x": (Space.ABUF, ReadPort(W))}
+        for space in (Space.ABUF, Space.WBUF):
+            prefix = space.name.lower()
+            ports.update({f"{prefix}_w{lane}": (space, ReadPort(W)) for lane in range(L)})
+            ports[f"{prefix}_bias"] = (space, ReadPort(L))
+        ports["abuf_dst"] = (Space.ABUF, WritePort(L))
+        ports["abuf_aux"] = (Space.ABUF, WritePort(1))
+        self.buffer_ports = ports
+        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+                          **{name: Out(sig) for name, (space, sig) in ports.items()}})
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, L, W = self.cfg, self.lanes, self.width
+        lw, ll = _log2(W), _log2(L)
+
+        held = Signal(IssueLayout)
+        r = resolve(m, held)
+        inst = held.inst
+        (s_dst, dst), (s_src1, src1), (s_src2, src2), (s_aux, aux) = (r[o] for o in ("dst", "src1", "src2", "aux"))
+        rows, n, k, pos = r["rows"], r["n"], r["k"], r["pos"]
+        qk = inst.opcode == Opcode.MASKED_QK
+        gelu = inst.flags.gelu
+        has_bias = ~qk & (s_aux != Space.NONE)
+
+        # --- checks -------------------------------------------------------------------------
+        def fits(space, base, nrows, cols, stride):
+            return Mux(space == Space.ABUF, block_fits(base, nrows, cols, stride, cfg.abuf_words),
+                       block_fits(base, nrows, cols, stride, cfg.wbuf_words))
+        checks = check_instruction(m, inst, self.opcodes)
+        in_range = (fits(s_src1, src1, rows, k, r["src1_stride"]) & fits(s_src2, src2, n, k, r["src2_stride"])
+                    & fits(s_dst, dst, rows, n, r["dst_stride"])
+                    & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
+                          Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
+        code = error_code(m, checks, zero_dim=(rows == 0) | (n == 0) | (k == 0), out_of_range=~in_range)
+
+        # --- control --------------------------------------------------------------------------
+        groups = Signal(32)
+        tiles = Signal(32)
+        pairs = Signal(64)
+        error = Signal(ErrorCode)
+        cycles = Signal(32)
+        issued_all = Signal()
+        written = Signal(64)
+        maxes = Signal(32)
+        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles)]
+
+        # issue iteration state
+        set_r, set_g, cur_r, cur_g = (Signal(32, name=nm) for nm in ("set_r", "set_g", "cur_r", "cur_g"))
+        remaining = Signal(64)
+        t = Signal(32)
+        slot = Signal(range(2 * self.loop_latency))
+        size = Signal(range(2 * self.loop_latency))
+        m.d.comb += size.eq(Mux(remaining < 2 * self.loop_latency, remaining, self.loop_latency))
+        round_len = Mux(size > self.loop_latency, size, self.loop_latency)
+        running = Signal()
+        issuing = Signal()
+        m.d.comb += issuing.eq(running & (slot < size))
+        wrap_g = cur_g + 1 == groups
+        nxt_r = Mux(issuing & wrap_g, cur_r + 1, cur_r)
+        nxt_g = Mux(issuing, Mux(wrap_g, 0, cur_g + 1), cur_g)
+        end_round = running & (slot == round_len - 1)
+        last_tile = t == tiles - 1
+
+        with m.FSM():
+            with m.State("START"):      # one cycle out of reset: Icarus evaluates the FSM's outputs
+                m.next = "IDLE"
+            with m.State("IDLE"):
+                m.d.comb += self.issue.ready.eq(1)
+                with m.If(self.issue.valid):
+                    m.d.sync += [held.eq(self.issue.payload), cycles.eq(1)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [cycles.eq(cycles + 1), error.eq(code),
+                             groups.eq((n + L - 1) >> ll), tiles.eq((k + W - 1) >> lw),
+                             pairs.eq(rows * ((n + L - 1) >> ll)), remaining.eq(rows * ((n + L - 1) >> ll)),
+                             set_r.eq(0), set_g.eq(0), cur_r.eq(0), cur_g.eq(0), t.eq(0), slot.eq(0),
+                             written.eq(0), maxes.eq(0), issued_all.eq(0)]
+                with m.If(code == ErrorCode.NONE):
+                    m.d.sync += running.eq(1)
+                    m.next = "RUN"
+                with m.Else():
+                    m.next = "DONE"
+            with m.State("RUN"):
+                m.d.sync += cycles.eq(cycles + 1)
+                m.d.sync += [cur_r.eq(nxt_r), cur_g.eq(nxt_g)]
+                with m.If(running):
+                    m.d.sync += slot.eq(Mux(end_round, 0, slot + 1))
+                    with m.If(end_round):
+                        with m.If(last_tile):
+                            m.d.sync += [set_r.eq(nxt_r), set_g.eq(nxt_g), remaining.eq(remaining - size), t.eq(0)]
+                            with m.If(remaining == size):
+                                m.d.sync += [running.eq(0), issued_all.eq(1)]
+                        with m.Else():
+                            m.d.sync += [t.eq(t + 1), cur_r.eq(set_r), cur_g.eq(set_g)]
+                with m.If(issued_all & (written == pairs) & (~qk | (maxes == rows))):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.status.done.eq(1)
+                m.d.sync += [running.eq(0), issued_all.eq(0)]
+                m.next = "IDLE"
+
+        # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
+        tile_base = t << lw
+        m.d.comb += self.abuf_x.addr.eq(src1 + cur_r * r["src1_stride"] + tile_base)
+        for lane in range(L):
+            addr = src2 + (cur_g * L + lane) * r["src2_stride"] + tile_base
+            m.d.comb += [getattr(self, f"abuf_w{lane}").addr.eq(addr), getattr(self, f"wbuf_w{lane}").addr.eq(addr)]
+        beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1}))
+        m.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
+                     beat.last.eq(last_tile)]
+        beat1 = pipe(m, beat, 1, name="beat1")
+
+        meta_layout = data.StructLayout({"r": 32, "g": 32})
+        m.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
+                                                 depth=2 + READ_LATENCY + self.tree_latency + self.latency)
+        m.d.comb += [meta.w_en.eq(issuing & last_tile), meta.w_data.eq(Cat(cur_r, cur_g))]
+
+        in_k = [((beat1.t << lw) + i) < k for i in range(W)]
+        weights_abuf = s_src2 == Space.ABUF
+        accs = []
+        tag = pipe(m, beat1, self.tree_latency, name="tag")
+        for lane in range(L):
+            tree = m.submodules[f"tree{lane}"] = MacTreeCore(W)
+            wa, wb = getattr(self, f"abuf_w{lane}").data, getattr(self, f"wbuf_w{lane}").data
+            for i in range(W):
+                m.d.comb += [tree.i.x[i].eq(Mux(in_k[i], self.abuf_x.data[i], 0)),
+                             tree.i.w[i].eq(Mux(in_k[i], Mux(weights_abuf, wa[i], wb[i]), 0))]
+            acc = m.submodules[f"acc{lane}"] = TileAccumulator(self.contexts)
+            accs.append(acc)
+            m.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
+                         acc.i.payload.first.eq(tag.first), acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
+
+        # --- output: bias, FP16, GELU, mask, write; row max ---------------------------------------
+        out_valid = accs[0].o.valid
+        m.d.comb += meta.r_en.eq(out_valid)
+        pair = data.View(meta_layout, meta.r_data)
+        bias_addr = aux + pair.g * L
+        m.d.comb += [self.abuf_bias.addr.eq(bias_addr), self.wbuf_bias.addr.eq(bias_addr)]
+        tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32}))
+        m.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
+        tag1 = pipe(m, tag, 1, name="out1")
+        results = []
+        for lane in range(L):
+            sums = delay(m, accs[lane].o.payload.data, READ_LATENCY + FP16MulCore.latency, name=f"sum{lane}")
+            mul = m.submodules[f"bias{lane}"] = FP16MulCore()
+            bias = Mux(s_aux == Space.ABUF, self.abuf_bias.data[lane], self.wbuf_bias.data[lane])
+            m.d.comb += [mul.i.a.eq(Mux(has_bias, bias, FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
+            add = m.submodules[f"add{lane}"] = FP32AddCore()
+            m.d.comb += [add.i.a.eq(sums), add.i.b.eq(mul.o)]
+            conv = m.submodules[f"fp16_{lane}"] = ToFP16Core()
+            m.d.comb += conv.i.eq(add.o)
+            act = m.submodules[f"gelu{lane}"] = SpecialFunctionCore("gelu")
+            m.d.comb += act.i.eq(conv.o)
+            plain = delay(m, conv.o, act.latency, name=f"plain{lane}")
+            results.append(Mux(gelu, Value.cast(act.o), Value.cast(plain)))
+        fin = pipe(m, tag1, self.post_latency - READ_LATENCY, name="fin")
+        col0 = fin.g * L
+        outs = Signal(data.ArrayLayout(16, L))
+        lane_ok = Signal(L)
+        for lane in range(L):
+            masked = qk & ((col0 + lane) > (pos + fin.r))
+            m.d.comb += [outs[lane].eq(Mux(masked, nx.FP16_NEG_INF, results[lane])),
+                         lane_ok[lane].eq((col0 + lane) < n)]
+        m.d.comb += [self.abuf_dst.addr.eq(dst + fin.r * r["dst_stride"] + col0), self.abuf_dst.data.eq(outs),
+                     self.abuf_dst.mask.eq(lane_ok), self.abuf_dst.en.eq(fin.valid)]
+        with m.If(fin.valid):
+            m.d.sync += written.eq(written + 1)
+
+        # row max over the lanes (unused lanes hold the order's minimum), then over the row's groups
+        padded = [Mux(lane_ok[lane], outs[lane], FP16_MIN_KEY) for lane in range(L)]
+        if L >= 2:
+            tree = m.submodules.row_max = MaxTreeCore(L)
+            m.d.comb += [tree.i[lane].eq(padded[lane]) for lane in range(L)]
+            group_max, tree_latency = tree.o.as_value(), tree.latency
+        else:
+            group_max, tree_latency = padded[0], 0
+        mtag = pipe(m, fin, tree_latency, name="mtag")
+        best = Signal(16)
+        group_max_fp16 = data.View(FP16, group_max)
+        best_fp16 = data.View(FP16, best)
+        newer = order_key(m, group_max_fp16, name="max_new") > order_key(m, best_fp16, name="max_best")
+        row_max = Signal(16)
+        m.d.comb += row_max.eq(Mux((mtag.g == 0) | newer, group_max, best))
+        row_end = mtag.valid & (mtag.g == groups - 1)
+        with m.If(mtag.valid):
+            m.d.sync += best.eq(row_max)
+        m.d.comb += [self.abuf_aux.addr.eq(aux + mtag.r * r["aux_stride"]), self.abuf_aux.data[0].eq(row_max),
+                     self.abuf_aux.mask.eq(1), self.abuf_aux.en.eq(row_end & qk)]
+        with m.If(row_end & qk):
+            m.d.sync += maxes.eq(maxes + 1)
+        return m
