@@ -5,6 +5,7 @@ jointly). Its input is the functional simulator's trace: each executed instructi
 register-relative field resolved (`Resolved`). Definitions: docs/cycle-model.md."""
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -53,6 +54,31 @@ def _ceil_div(a: float, b: float) -> int:
     return math.ceil(a / b)
 
 
+@functools.cache
+def unit_timing(cfg: ArchConfig) -> dict:
+    """The pipeline depths and fixed overheads of the matrix and vector units of `cfg`, read from the
+    RTL units' own attributes (hw/core/matrix.py, hw/core/vector.py), not typed into the config."""
+    from ringgpt.hw.core.matrix import MatrixUnit
+    from ringgpt.hw.core.vector import VectorUnit
+    matrix, vector = MatrixUnit(cfg), VectorUnit(cfg)
+    for unit in (matrix, vector):
+        unit._MustUse__silence = True
+    return {"matrix": {"latency": matrix.latency, "row_max": matrix.row_max_latency, "overhead": matrix.overhead,
+                       "loop": matrix.loop_latency},
+            "vector": {"latency": dict(vector.latency), "overhead": vector.overhead, "loop": vector.loop_latency}}
+
+
+def _issue_cycles(pairs: int, tiles: int, loop: int) -> int:
+    """Cycles to issue `tiles` rounds over `pairs` independent sums through an accumulator whose adder
+    loop is `loop` cycles: one beat per cycle when pairs >= loop, else each round waits for the loop."""
+    if pairs <= 0 or tiles <= 0:
+        return 0
+    return pairs * tiles if pairs >= loop else (tiles - 1) * loop + pairs
+
+
+_VECTOR_SUMS = (Opcode.VSUM, Opcode.VDOT)
+
+
 def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     """Cycles and bytes of one instruction on its unit, with nothing else running."""
     unit = OPCODES[r.op].unit
@@ -60,11 +86,22 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     if unit is Unit.CONTROL:
         return Cost(unit, 1)
     if unit is Unit.MATRIX:
-        # One mac_width x mpu_lanes weight tile per cycle per row, the tile reused across rows.
-        return Cost(unit, r.rows * _ceil_div(r.k, cfg.mac_width) * _ceil_div(r.n, cfg.mpu_lanes)
-                    + cfg.mpu_pipeline_cycles)
+        # One beat per cycle: an x tile broadcast to mpu_lanes lanes, each reading a mac_width weight tile;
+        # (row, column group) pairs interleaved through the tile accumulator (hw/core/matrix.py).
+        t = unit_timing(cfg)["matrix"]
+        issue = _issue_cycles(r.rows * _ceil_div(r.n, cfg.mpu_lanes), _ceil_div(r.k, cfg.mac_width), t["loop"])
+        tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
+        return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.VECTOR:
-        return Cost(unit, r.rows * _ceil_div(r.n, cfg.vector_width) + cfg.vpu_pipeline_cycles)
+        # One chunk of vector_width elements per cycle; a row sum's chunks go through the accumulator loop.
+        t = unit_timing(cfg)["vector"]
+        chunks = _ceil_div(r.n, cfg.vector_width)
+        if r.op in _VECTOR_SUMS:
+            issue, tail = _issue_cycles(r.rows, chunks, t["loop"]), t["latency"]["sum"]
+        else:
+            issue = r.rows * chunks
+            tail = t["latency"]["max" if r.op is Opcode.VMAX else "elementwise"]
+        return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.DMA:
         spaces = (r.dst[0], r.src1[0])
         nbytes = 2 * words

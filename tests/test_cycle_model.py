@@ -8,7 +8,8 @@ import pytest
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
-from ringgpt.sim.cycle_model import Resolved, access_ranges, instruction_class, instruction_cost, schedule
+from ringgpt.sim.cycle_model import (Resolved, access_ranges, instruction_class, instruction_cost, schedule,
+                                     unit_timing)
 from ringgpt.sim.functional import SimulatorDevice
 
 CFG = get_config("sim-small")
@@ -19,7 +20,11 @@ def test_the_preset_figures_these_costs_assume():
     assert (CFG.mac_width, CFG.mpu_lanes, CFG.vector_width) == (8, 4, 8)
     assert CFG.hbm_bytes_per_cycle == pytest.approx(57.6) and CFG.hbm_latency_cycles == 32
     assert CFG.ring_bytes_per_cycle == pytest.approx(121.0) and CFG.ring_latency_cycles == 50
-    assert (CFG.mpu_pipeline_cycles, CFG.vpu_pipeline_cycles, CFG.queue_depth) == (12, 10, 8)
+    assert CFG.queue_depth == 8
+    # pipeline depths and overheads come from the RTL units (hw/core), not from the config
+    assert unit_timing(CFG) == {"matrix": {"latency": 41, "row_max": 2, "overhead": 4, "loop": 5},
+                                "vector": {"latency": {"elementwise": 10, "sum": 26, "max": 4}, "overhead": 4,
+                                           "loop": 5}}
 
 
 ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST))
@@ -27,10 +32,13 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
 
 @pytest.mark.parametrize("resolved,cost,cls", [
     (Resolved(Opcode.MATMUL, rows=3, n=40, k=100, dst=ABUF, src1=ABUF, src2=WBUF),
-     (Unit.MATRIX, 3 * 13 * 10 + 12, 0, 0, 0), "matrix"),
-    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 2 * 8 * 3 + 12, 0, 0, 0), "matrix"),
-    (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 2 * 3 + 10, 0, 0, 0), "vector"),
-    (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 5 + 10, 0, 0, 0), "vector"),
+     (Unit.MATRIX, 4 + 3 * 13 * 10 + 41, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 41 + 2, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 4 + 2 * 3 + 10, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 4 + 5 + 26, 0, 0, 0), "vector"),
+    # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks
+    (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 26, 0, 0, 0), "vector"),
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=24), (Unit.MATRIX, 4 + 2 * 5 + 1 + 41, 0, 0, 0), "matrix"),
     (Resolved(Opcode.LOAD, rows=4, n=100, dst=WBUF, src1=HBM), (Unit.DMA, 14 + 32, 800, 0, 0), "dma-hbm"),
     (Resolved(Opcode.STORE, rows=1, n=64, dst=HBM, src1=ABUF), (Unit.DMA, 3 + 32, 128, 0, 0), "dma-hbm"),
     (Resolved(Opcode.GATHER, rows=2, n=768, dst=ABUF, src1=HBM, src2=HOST), (Unit.DMA, 54 + 32, 3072, 0, 0), "dma-hbm"),
@@ -82,45 +90,45 @@ def run(texts, cfg=CFG):
 
 
 LOAD_LONG = "LOAD dst=WBUF[4096] src1=HBM[0] rows=1 n=2880"       # 5,760 B: 100 + 32 = 132 cycles
-MATMUL_BANK0 = "MATMUL dst=ABUF[0] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"  # 8 * 4 + 12 = 44
+MATMUL_BANK0 = "MATMUL dst=ABUF[0] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"  # 4 + (7 * 5 + 4) + 41 = 84
 
 
 def test_independent_dma_overlaps_matmul():
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 0, 1, 133), ("MATMUL", 1, 2, 46), ("HALT", 133, 133, 134)]
+    assert report.cards[0].timeline == [("LOAD", 0, 1, 133), ("MATMUL", 1, 2, 86), ("HALT", 133, 133, 134)]
     assert report.cycles == 134
-    assert report.cards[0].busy == {"DMA": 132, "MATRIX": 44, "CONTROL": 1}
+    assert report.cards[0].busy == {"DMA": 132, "MATRIX": 84, "CONTROL": 1}
 
 
 def test_dependent_matmul_waits_for_its_weights():
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0.replace('WBUF[0]', 'WBUF[4096]')}\nHALT")
-    assert report.cards[0].timeline[1] == ("MATMUL", 1, 133, 177)
-    assert report.cycles == 178
+    assert report.cards[0].timeline[1] == ("MATMUL", 1, 133, 217)
+    assert report.cycles == 218
 
 
 def test_write_after_read_and_read_after_write_wait():
     war = run(f"{MATMUL_BANK0}\n{LOAD_LONG.replace('WBUF[4096]', 'WBUF[960]')}\nHALT")
-    assert war.cards[0].timeline[:2] == [("MATMUL", 0, 1, 45), ("LOAD", 1, 45, 177)]
+    assert war.cards[0].timeline[:2] == [("MATMUL", 0, 1, 85), ("LOAD", 1, 85, 217)]
     raw = run("VADD dst=ABUF[100] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert raw.cards[0].timeline[:2] == [("VADD", 0, 1, 19), ("MATMUL", 1, 19, 63)]
+    assert raw.cards[0].timeline[:2] == [("VADD", 0, 1, 23), ("MATMUL", 1, 23, 107)]
     independent = run("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert independent.cards[0].timeline[1] == ("MATMUL", 1, 2, 46)
+    assert independent.cards[0].timeline[1] == ("MATMUL", 1, 2, 86)
 
 
 def test_barrier_waits_for_everything_issued_before_it():
     report = run(f"{LOAD_LONG}\nBARRIER\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 0, 1, 133), ("BARRIER", 133, 133, 134), ("MATMUL", 134, 135, 179),
-                                        ("HALT", 179, 179, 180)]
+    assert report.cards[0].timeline == [("LOAD", 0, 1, 133), ("BARRIER", 133, 133, 134), ("MATMUL", 134, 135, 219),
+                                        ("HALT", 219, 219, 220)]
 
 
 def test_full_unit_queue_stalls_the_decoder():
     loads = "\n".join(f"LOAD dst=ABUF[{1000 + 16 * i}] src1=HBM[{16 * i}] rows=1 n=16" for i in range(4))  # 33 cycles
-    text = f"{loads}\nVADD dst=ABUF[0] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=16\nHALT"          # 12 cycles
+    text = f"{loads}\nVADD dst=ABUF[0] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=16\nHALT"          # 16 cycles
     shallow = run(text, dataclasses.replace(CFG, queue_depth=2))
     assert shallow.cards[0].timeline[:5] == [("LOAD", 0, 1, 34), ("LOAD", 1, 34, 67), ("LOAD", 2, 67, 100),
-                                             ("LOAD", 34, 100, 133), ("VADD", 35, 36, 48)]
+                                             ("LOAD", 34, 100, 133), ("VADD", 35, 36, 52)]
     deep = run(text)
-    assert deep.cards[0].timeline[4] == ("VADD", 4, 5, 17)
+    assert deep.cards[0].timeline[4] == ("VADD", 4, 5, 21)
     assert shallow.cycles == deep.cycles == 134
 
 
@@ -171,7 +179,7 @@ def test_double_buffered_weight_stream_is_bound_by_the_dma():
         bank = (i % 2) * 32768
         chunks.append(f"LOAD dst=WBUF[{bank}] src1=HBM[{i * 8192}] rows=1 n=8192")  # ceil(16384 / 57.6) + 32 = 317
         chunks.append(f"MATMUL dst=ABUF[{1000 + 64 * i}] src1=ABUF[0] src2=WBUF[{bank}] rows=1 n=64 k=128 "
-                      "src2_stride=128")  # 16 * 16 + 12 = 268
+                      "src2_stride=128")  # 4 + 16 * 16 + 41 = 301
     cfg = CFG
     cards = [CardImage(Program(assemble("\n".join(chunks) + "\nHALT"), cfg.name, cfg.hash), [], 6 * 8192, 0)]
     device = SimulatorDevice(cfg)
@@ -179,6 +187,6 @@ def test_double_buffered_weight_stream_is_bound_by_the_dma():
     device.run(0, 1)
     report = device.last_report
     assert report.cards[0].busy["DMA"] == 6 * 317
-    assert report.cycles == 1 + 6 * 317 + 268 + 1
+    assert report.cycles == 1 + 6 * 317 + 301 + 1
     # The bound: 6 x 16,384 bytes at the 6.4 GB/s peak is 1,536 cycles.
     assert report.hbm_bound_pct == pytest.approx(100 * 1536 / report.cycles)

@@ -79,8 +79,8 @@ class MatrixUnit(wiring.Component):
             + latency_of(SpecialFunctionCore("gelu"))
         self.latency = READ_LATENCY + self.tree_latency + acc_latency + self.post_latency
         self.row_max_latency = latency_of(MaxTreeCore(self.lanes)) if self.lanes >= 2 else 0
-        self.overhead = 3
-        """Cycles of the accept, check and done steps."""
+        self.overhead = 4
+        """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
         ports = {"abuf_x": (Space.ABUF, ReadPort(W))}
         for space in (Space.ABUF, Space.WBUF):
@@ -127,7 +127,7 @@ class MatrixUnit(wiring.Component):
         issued_all = Signal()
         written = Signal(64)
         maxes = Signal(32)
-        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles)]
+        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles + 1)]
 
         # issue iteration state
         set_r, set_g, cur_r, cur_g = (Signal(32, name=nm) for nm in ("set_r", "set_g", "cur_r", "cur_g"))

@@ -1,0 +1,272 @@
+"""The vector unit: every vector opcode at vector_width FP16 elements per cycle.
+
+    ABUF src1, src2, aux (vector_width words each, or one row scalar, or an IMM constant)
+      ├─▶ per lane: FP16MulCore(a, b or 1) + FP16MulCore(b, -b, c or -0 times 1) ─▶ FP32AddCore ─▶ ToFP16
+      │             VADD, VSUB, VMUL, VSCALE_SHIFT (numerics.vadd/vsub/vmul/vscale_shift: exact FP32
+      │             operands and product, one FP32 add, one rounding)
+      ├─▶ per lane: SpecialFunctionCore exp, recip, rsqrt, gelu (numerics.special)
+      ├─▶ MacTreeCore(vector_width) ─▶ TileAccumulator ─▶ ToFP16        VSUM (b = 1), VDOT
+      │             (numerics.reduce_sum: exact products, folding tree, tiles in order, one rounding)
+      └─▶ MaxTreeCore(vector_width) ─▶ running max over the row's chunks  VMAX (numerics.reduce_max)
+    ─▶ ABUF dst (vector_width words per cycle; one word per row for the reductions)
+
+Order of work: elementwise ops and VMAX walk rows, and within a row chunks of vector_width
+elements, one chunk per cycle. VSUM and VDOT accumulate a row's chunks in order through the tile
+accumulator's adder loop, so they walk rows in sets of at least loop_latency (all remaining rows
+when fewer than 2 * loop_latency remain), chunk by chunk across the set: one chunk per cycle when
+rows >= loop_latency; a single row takes loop_latency cycles per chunk (the numerics fix the order of
+the additions, so a row's sum cannot be split).
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ringgpt.hw import numerics as nx
+from ringgpt.hw.arith.accumulator import TileAccumulator
+from ringgpt.hw.arith.common import FP16
+from ringgpt.hw.arith.fp16_mul import FP16MulCore
+from ringgpt.hw.arith.fp32_add import FP32AddCore
+from ringgpt.hw.arith.mac_tree import MacTreeCore
+from ringgpt.hw.arith.max_tree import MaxTreeCore, order_key
+from ringgpt.hw.arith.special import SpecialFunctionCore
+from ringgpt.hw.arith.to_fp16 import ToFP16Core
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
+                         check_instruction, error_code, latency_of, pipe, resolve)
+from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
+
+SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
+ARITH = (Opcode.VADD, Opcode.VSUB, Opcode.VMUL, Opcode.VSCALE_SHIFT)
+SUMS = (Opcode.VSUM, Opcode.VDOT)
+FP16_SIGN = 0x8000
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+class VectorUnit(wiring.Component):
+    """Vector unit of `cfg`: `vector_width` lanes.
+
+    Latency (cycles from a chunk's issue to its write): `latency["elementwise"]` (read, multiply,
+    add, FP16, or the special function padded to the same depth), `latency["sum"]` (read, MAC tree,
+    accumulator, FP16) for VSUM/VDOT, `latency["max"]` (read, max tree) for VMAX. Throughput: one
+    chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; see the module
+    docstring). Busy cycles (`Completion.cycles`) = `overhead` + issue cycles + latency.
+    """
+
+    opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)
+
+    def __init__(self, cfg: ArchConfig):
+        if cfg.vector_width < 2:
+            raise ValueError(f"the vector unit needs vector_width >= 2, got {cfg.vector_width}")
+        self.cfg = cfg
+        self.width = V = cfg.vector_width
+        self.loop_latency = FP32AddCore.latency
+        self.contexts = 2 * self.loop_latency - 1
+        self.special_latency = {name: latency_of(SpecialFunctionCore(name)) for name in SPECIAL.values()}
+        arith = FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency
+        self.elementwise_depth = max([arith] + list(self.special_latency.values()))
+        self.tree_latency = latency_of(MacTreeCore(V))
+        self.max_latency = latency_of(MaxTreeCore(V))
+        self.latency = {
+            "elementwise": READ_LATENCY + self.elementwise_depth,
+            "sum": READ_LATENCY + self.tree_latency + latency_of(TileAccumulator(self.contexts)) + ToFP16Core.latency,
+            "max": READ_LATENCY + self.max_latency,
+        }
+        self.overhead = 4
+        """Cycles of the accept, check, drain-detect and done steps."""
+        self.buffer_ports = {"abuf_src1": (Space.ABUF, ReadPort(V)), "abuf_src2": (Space.ABUF, ReadPort(V)),
+                             "abuf_aux": (Space.ABUF, ReadPort(V)), "abuf_dst": (Space.ABUF, WritePort(V))}
+        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+                          **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
+
+    def latency_of(self, opcode: Opcode) -> int:
+        return self.latency["sum" if opcode in SUMS else "max" if opcode == Opcode.VMAX else "elementwise"]
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, V = self.cfg, self.width
+        lv = _log2(V)
+        LL = self.loop_latency
+
+        held = Signal(IssueLayout)
+        r = resolve(m, held)
+        inst = held.inst
+        opcode = inst.opcode
+        (s_dst, dst), (s_src1, src1), (s_src2, src2), (s_aux, aux) = (r[o] for o in ("dst", "src1", "src2", "aux"))
+        rows, n = r["rows"], r["n"]
+        sd, s1, s2, sa = r["dst_stride"], r["src1_stride"], r["src2_stride"], r["aux_stride"]
+        is_sum = Cat(opcode == op for op in SUMS).any()
+        is_max = opcode == Opcode.VMAX
+        reduces = is_sum | is_max
+        b_scalar, c_scalar = inst.flags.src2_row_scalar, inst.flags.aux_row_scalar
+        b_imm, c_imm = s_src2 == Space.IMM, s_aux == Space.IMM
+
+        # --- checks -------------------------------------------------------------------------
+        size = cfg.abuf_words
+        in_range = (block_fits(src1, rows, n, s1, size)
+                    & block_fits(dst, rows, Mux(reduces, 1, n), sd, size)
+                    & ((s_src2 != Space.ABUF) | block_fits(src2, rows, Mux(b_scalar, 1, n), s2, size))
+                    & ((s_aux != Space.ABUF) | block_fits(aux, rows, Mux(c_scalar, 1, n), sa, size)))
+        checks = check_instruction(m, inst, self.opcodes)
+        code = error_code(m, checks, zero_dim=(rows == 0) | (n == 0), out_of_range=~in_range)
+
+        # --- control --------------------------------------------------------------------------
+        chunks = Signal(32)
+        error = Signal(ErrorCode)
+        cycles = Signal(32)
+        issued_all = Signal()
+        written = Signal(64)
+        expected = Signal(64)
+        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles + 1)]
+
+        set_r, cur_r = Signal(32), Signal(32)
+        remaining = Signal(32)
+        t = Signal(32)
+        slot = Signal(range(2 * LL))
+        set_size = Signal(range(2 * LL))
+        m.d.comb += set_size.eq(Mux(is_sum, Mux(remaining < 2 * LL, remaining, LL), 1))
+        round_len = Mux(is_sum & (set_size < LL), LL, set_size)
+        running = Signal()
+        issuing = Signal()
+        m.d.comb += issuing.eq(running & (slot < set_size))
+        nxt_r = Mux(issuing, cur_r + 1, cur_r)
+        end_round = running & (slot == round_len - 1)
+        last_chunk = t == chunks - 1
+
+        with m.FSM():
+            with m.State("START"):      # one cycle out of reset: Icarus evaluates the FSM's outputs
+                m.next = "IDLE"
+            with m.State("IDLE"):
+                m.d.comb += self.issue.ready.eq(1)
+                with m.If(self.issue.valid):
+                    m.d.sync += [held.eq(self.issue.payload), cycles.eq(1)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                n_chunks = (n + V - 1) >> lv
+                m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks), remaining.eq(rows),
+                             expected.eq(Mux(reduces, rows, rows * n_chunks)),
+                             set_r.eq(0), cur_r.eq(0), t.eq(0), slot.eq(0), written.eq(0), issued_all.eq(0)]
+                with m.If(code == ErrorCode.NONE):
+                    m.d.sync += running.eq(1)
+                    m.next = "RUN"
+                with m.Else():
+                    m.next = "DONE"
+            with m.State("RUN"):
+                m.d.sync += [cycles.eq(cycles + 1), cur_r.eq(nxt_r)]
+                with m.If(running):
+                    m.d.sync += slot.eq(Mux(end_round, 0, slot + 1))
+                    with m.If(end_round):
+                        with m.If(last_chunk):
+                            m.d.sync += [set_r.eq(nxt_r), remaining.eq(remaining - set_size), t.eq(0)]
+                            with m.If(remaining == set_size):
+                                m.d.sync += [running.eq(0), issued_all.eq(1)]
+                        with m.Else():
+                            m.d.sync += [t.eq(t + 1), cur_r.eq(set_r)]
+                with m.If(issued_all & (written == expected)):
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.status.done.eq(1)
+                m.d.sync += [running.eq(0), issued_all.eq(0)]
+                m.next = "IDLE"
+
+        # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
+        col = t << lv
+        m.d.comb += [self.abuf_src1.addr.eq(src1 + cur_r * s1 + col),
+                     self.abuf_src2.addr.eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
+                     self.abuf_aux.addr.eq(aux + cur_r * sa + Mux(c_scalar, 0, col))]
+        beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
+                                         "first": 1, "last": 1}))
+        m.d.comb += [beat.valid.eq(issuing), beat.r.eq(cur_r), beat.t.eq(t), beat.ctx.eq(slot),
+                     beat.first.eq(t == 0), beat.last.eq(last_chunk)]
+        beat1 = pipe(m, beat, READ_LATENCY, name="beat1")
+        in_n = [((beat1.t << lv) + i) < n for i in range(V)]
+        a = [self.abuf_src1.data[i] for i in range(V)]
+        b = [Mux(b_imm, inst.src2.offset[:16], Mux(b_scalar, self.abuf_src2.data[0], self.abuf_src2.data[i]))
+             for i in range(V)]
+        c = [Mux(c_imm, inst.aux.offset[:16], Mux(c_scalar, self.abuf_aux.data[0], self.abuf_aux.data[i]))
+             for i in range(V)]
+
+        # elementwise: arithmetic and special functions, all padded to elementwise_depth
+        multiplies = (opcode == Opcode.VMUL) | (opcode == Opcode.VSCALE_SHIFT)
+        results = []
+        for i in range(V):
+            mul = m.submodules[f"mul{i}"] = FP16MulCore()
+            m.d.comb += [mul.i.a.eq(a[i]), mul.i.b.eq(Mux(multiplies, b[i], FP16_ONE))]
+            addend = Signal(16, name=f"addend{i}")
+            with m.Switch(opcode):
+                with m.Case(Opcode.VADD):
+                    m.d.comb += addend.eq(b[i])
+                with m.Case(Opcode.VSUB):
+                    m.d.comb += addend.eq(b[i] ^ FP16_SIGN)
+                with m.Case(Opcode.VSCALE_SHIFT):
+                    m.d.comb += addend.eq(c[i])
+                with m.Default():
+                    m.d.comb += addend.eq(FP16_NEG_ZERO)
+            widen = m.submodules[f"widen{i}"] = FP16MulCore()
+            m.d.comb += [widen.i.a.eq(addend), widen.i.b.eq(FP16_ONE)]
+            add = m.submodules[f"add{i}"] = FP32AddCore()
+            m.d.comb += [add.i.a.eq(mul.o), add.i.b.eq(widen.o)]
+            conv = m.submodules[f"fp16_{i}"] = ToFP16Core()
+            m.d.comb += conv.i.eq(add.o)
+            arith = FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency
+            value = pipe(m, Value.cast(conv.o), self.elementwise_depth - arith, name=f"arith{i}")
+            for op, name in SPECIAL.items():
+                fn = m.submodules[f"{name}{i}"] = SpecialFunctionCore(name)
+                m.d.comb += fn.i.eq(a[i])
+                out = pipe(m, Value.cast(fn.o), self.elementwise_depth - fn.latency, name=f"{name}{i}_out")
+                value = Mux(opcode == op, out, value)
+            results.append(value)
+        ew = pipe(m, beat1, self.elementwise_depth, name="ew")
+        ew_mask = Signal(V)
+        m.d.comb += [ew_mask[i].eq(((ew.t << lv) + i) < n) for i in range(V)]
+
+        # VSUM, VDOT: folding tree of exact products, tiles accumulated in order, one rounding
+        tree = m.submodules.sum_tree = MacTreeCore(V)
+        for i in range(V):
+            m.d.comb += [tree.i.x[i].eq(Mux(in_n[i], a[i], 0)),
+                         tree.i.w[i].eq(Mux(in_n[i], Mux(opcode == Opcode.VDOT, b[i], FP16_ONE), 0))]
+        acc = m.submodules.acc = TileAccumulator(self.contexts)
+        tag = pipe(m, beat1, self.tree_latency, name="sum_tag")
+        m.d.comb += [acc.i.valid.eq(tag.valid & is_sum), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
+                     acc.i.payload.first.eq(tag.first), acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
+        m.submodules.rows = row_fifo = fifo.SyncFIFO(width=32, depth=4 + self.latency["sum"])
+        m.d.comb += [row_fifo.w_en.eq(issuing & is_sum & last_chunk), row_fifo.w_data.eq(cur_r),
+                     row_fifo.r_en.eq(acc.o.valid)]
+        m.submodules.sum_fp16 = sum_conv = ToFP16Core()
+        m.d.comb += sum_conv.i.eq(acc.o.payload.data)
+        sum_tag = Signal(data.StructLayout({"valid": 1, "r": 32}))
+        m.d.comb += [sum_tag.valid.eq(acc.o.valid), sum_tag.r.eq(row_fifo.r_data)]
+        sum_out = pipe(m, sum_tag, ToFP16Core.latency, name="sum_out")
+
+        # VMAX: max tree per chunk (unused lanes hold the order's minimum), running max over the row
+        maxer = m.submodules.max_tree = MaxTreeCore(V)
+        m.d.comb += [maxer.i[i].eq(Mux(in_n[i], a[i], FP16_MIN_KEY)) for i in range(V)]
+        mtag = pipe(m, beat1, self.max_latency, name="max_tag")
+        best = Signal(16)
+        newer = order_key(m, data.View(FP16, Value.cast(maxer.o)), name="max_new") > \
+            order_key(m, data.View(FP16, best), name="max_best")
+        row_max = Signal(16)
+        m.d.comb += row_max.eq(Mux(mtag.first | newer, Value.cast(maxer.o), best))
+        with m.If(mtag.valid):
+            m.d.sync += best.eq(row_max)
+
+        # --- write ----------------------------------------------------------------------------
+        port = self.abuf_dst
+        with m.If(is_sum):
+            m.d.comb += [port.addr.eq(dst + sum_out.r * sd), port.data[0].eq(sum_conv.o), port.mask.eq(1),
+                         port.en.eq(sum_out.valid)]
+        with m.Elif(is_max):
+            m.d.comb += [port.addr.eq(dst + mtag.r * sd), port.data[0].eq(row_max), port.mask.eq(1),
+                         port.en.eq(mtag.valid & mtag.last)]
+        with m.Else():
+            m.d.comb += [port.addr.eq(dst + ew.r * sd + (ew.t << lv)), port.mask.eq(ew_mask), port.en.eq(ew.valid)]
+            m.d.comb += [port.data[i].eq(results[i]) for i in range(V)]
+        with m.If(port.en):
+            m.d.sync += written.eq(written + 1)
+        return m
