@@ -145,3 +145,15 @@ def test_probes_name_every_sub_block_in_program_order():
         qkv = next(p for p in probes if p["name"] == "L0.qkv")
         heads = image.meta["partition"]["heads"][card]
         assert qkv["segments"][2] == [heads[0] * 64, heads[1] * 64, 2 * (heads[1] - heads[0]) * 64, 0.125]
+
+
+def test_a_streaming_unit_may_write_in_place_but_not_over_another_source():
+    asm = Asm()
+    two_loads_and_a_sum(asm)
+    asm(Opcode.VADD, dst=abuf(0), src1=abuf(0), src2=abuf(64), rows=reg(2), n=16, dst_stride=16, src1_stride=16,
+        src2_stride=16, writes="x2", reads=("x", "y"))  # exactly in place over src1: allowed
+    asm(Opcode.VADD, dst=abuf(60), src1=abuf(128), src2=abuf(64), rows=reg(2), n=16, dst_stride=16,
+        src1_stride=16, src2_stride=16, writes="y2", reads=("x+y", "y"))  # shifted over src2
+    with pytest.raises(PlanError, match=r"instruction 4 .*dst shares ABUF word 64 with its own src2: a streaming "
+                                        r"unit may only write exactly in place over src1"):
+        check(asm)

@@ -11,7 +11,9 @@ the card, the instruction and the region when:
 * an address is outside its space, or an HBM / host-buffer access leaves the region it names;
 * a read finds another value than the one it names (it does not see the last write of that value);
 * a write overwrites a value that a later instruction still reads (two live regions overlap); this
-  covers a weight-buffer slot loaded before its previous piece's last MATMUL.
+  covers a weight-buffer slot loaded before its previous piece's last MATMUL;
+* a matrix, vector or DMA instruction's destination shares a word with one of its own sources other than
+  exactly in place over src1 (the units stream; the RTL's precondition).
 
 The check follows program order, which is what the hardware computes: the scoreboard makes the
 overlapped units equal to it.
@@ -25,7 +27,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import Space
+from ringgpt.hw.isa import OPCODES, Space, Unit
 from ringgpt.sim.cycle_model import Block, access_blocks
 from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
 
@@ -58,6 +60,15 @@ class Flow:
 
 NOTHING = 0
 """Tag of a word no instruction of the run has written."""
+
+
+STREAMING_UNITS = (Unit.MATRIX, Unit.VECTOR, Unit.DMA)
+"""Units that read their sources while they write their destination."""
+
+
+def _words(b: Block) -> np.ndarray:
+    """Every word address of a block, flat."""
+    return (b.base + np.arange(b.rows)[:, None] * b.stride + np.arange(b.cols)).ravel()
 
 
 def _view(array: np.ndarray, b: Block) -> np.ndarray:
@@ -108,12 +119,31 @@ class _CardCheck:
                 if block.space in shadows and not block.empty:
                     self.check_read(pc, block, name, shadows[block.space])
             checked = set(zip(reads, flow.reads))
+            streamed = OPCODES[r.op].unit in STREAMING_UNITS
             for block, name in zip(writes, flow.writes):
                 self.check_bounds(pc, block, name, "writes")
+                if streamed:
+                    self.check_no_self_overlap(pc, block, reads)
                 in_place = (block._replace(operand="src1"), name) in checked  # read as `name` just above
                 if block.space in shadows and not block.empty and not in_place:
                     self.write(pc, block, name, shadows[block.space])
             self.written.append((pc, writes))
+
+    def check_no_self_overlap(self, pc: int, w: Block, reads: tuple) -> None:
+        """The matrix, vector and DMA units stream: a destination may coincide exactly with src1 (in place) but
+        must share no other word with the instruction's own sources (docs/rtl-core.md)."""
+        for b in reads:
+            if b.space is not w.space or b.empty or w.empty or (b.operand == "src1" and
+                                                                 b[1:] == w[1:]):
+                continue
+            _, lo, hi = b.bounds()
+            _, wlo, whi = w.bounds()
+            if lo >= whi or wlo >= hi:
+                continue
+            shared = np.intersect1d(_words(b), _words(w))
+            if shared.size:
+                self.fail(pc, f"{w.operand} shares {w.space.name} word {int(shared[0])} with its own {b.operand}: "
+                              "a streaming unit may only write exactly in place over src1")
 
     def writer(self, space: Space, address: int) -> str:
         """', written by instruction N (...)' for the last instruction so far that wrote the word, or ''."""
