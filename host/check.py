@@ -59,8 +59,7 @@ from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime.appliance import Appliance
 from ringgpt.host.runtime.generation import LOGITS_BOUND, relative_rms
 from ringgpt.hw.isa import Instruction, Opcode, Space, decode
-from ringgpt.sim.cycle_model import Resolved, access_blocks
-from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
+from ringgpt.hw.resolved import Resolved, access_blocks, resolve_run, with_gather_slices
 
 SUB_BLOCKS = {
     # kind: (what it is, bound on the relative RMS error against FP32)

@@ -84,12 +84,9 @@ def sim_backend(request: Request, on_token: Callable[[int], None], status: Conso
     report = run_generation(request.prompt, model=request.model, config=request.config, cards=request.cards,
                             sampling=request.sampling, on_token=on_token, check_reference=request.check_reference)
     result = report.result
-    per_token = ("n/a (one token)" if result.decode_ms_per_token is None
-                 else f"{result.decode_ms_per_token:.3f} ms/token")
     lines = [f"{len(result.generated_ids)} tokens on {report.config}; simulation {result.wall_s:.1f} s "
              f"({result.tokens_per_s:.2f} tokens/s); image {'cached' if report.image_cached else 'compiled'} "
-             f"in {report.compile_s:.1f} s",
-             f"modeled {report.config}: time to first token {1e3 * result.ttft_s:.2f} ms; decode {per_token}"]
+             f"in {report.compile_s:.1f} s", *modeled_lines(report)]
     check = report.reference
     if check is None:
         return Summary(lines)
@@ -98,6 +95,32 @@ def sim_backend(request: Request, on_token: Callable[[int], None], status: Conso
         lines.append(f"the layer-by-layer comparison: ringgpt check --model {request.model} --config "
                      f"{request.config} --cards {request.cards}")
     return Summary(lines, check_failed=not check.passed)
+
+
+def modeled_lines(report) -> list[str]:
+    """The modeled figures of a simulated generation: at the conservative clock first (the headline), then at the
+    preset's; the host's per-token costs at the headline clock."""
+    from ringgpt.hw.config import CONSERVATIVE_CLOCK_MHZ, get_config, timing_variants
+
+    result = report.result
+    arch = get_config(report.config)
+    variants = timing_variants(arch, with_conservative=False)
+    order = sorted(variants, key=lambda label: variants[label].clock_mhz != CONSERVATIVE_CLOCK_MHZ)
+    lines = []
+    for label in order:
+        own = None if variants[label] == arch else label
+        decode = result.decode_ms_under(own)
+        per_token = "n/a (one token)" if decode is None else f"{decode:.3f} ms/token"
+        lines.append(f"modeled {report.config} at {label}: time to first token {1e3 * result.ttft_under(own):.2f} ms; "
+                     f"decode {per_token} (device + launch)")
+    head = order[0]
+    parts = result.per_token(variants[head], None if variants[head] == arch else head)
+    if parts:
+        shown = " + ".join(f"{stage} {1e6 * parts[stage]:.0f}" for stage in ("device", "launch", "upload", "read-back",
+                                                                              "conversion", "sampling"))
+        lines.append(f"per token at {head}, us: {shown} = {1e3 * parts['total']:.3f} ms "
+                     f"(host {100 * parts['host_share']:.1f}% of device; conversion and sampling measured here)")
+    return lines
 
 
 BACKENDS: dict[str, Backend] = {"sim": sim_backend, "reference": reference_backend}

@@ -44,6 +44,9 @@ class RunStats:
     """Busy cycles by instruction class (the slowest card)."""
     wall_seconds: float = 0.0
     """Host wall-clock time the back end took (simulation speed)."""
+    variants: dict = field(default_factory=dict)
+    """{label: seconds} of the same run under other timing assumptions (another clock, a conservative set),
+    for back ends that model time (SimulatorDevice(timing=...)); launch overhead included as in `seconds`."""
 
 
 @dataclass

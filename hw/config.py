@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from ringgpt.hw.errors import RingGPTError
 
 MAX_CARDS = 4
+CONSERVATIVE_CLOCK_MHZ = 200.0
+"""The clock every modeled figure is also given at (and headlined at) until place-and-route of the core says
+otherwise: the clock DFX closed on the same card (MICRO 2022). Presets may state a higher target clock."""
 
 
 class ConfigError(RingGPTError, ValueError):
@@ -56,17 +59,52 @@ class ArchConfig:
     hbm_efficiency: float
     """Fraction of the AXI port bandwidth sustained on long sequential bursts."""
     hbm_latency_cycles: int
+    """Kernel cycles from a DMA request to its first data (paid once per instruction, overlapped with the
+    next instruction's transfer: see hbm_outstanding)."""
     host_link_gbps: float
     """Host <-> card (PCIe) bandwidth."""
     launch_overhead_us: float
     """Host time to start one program run on every card and see it finish."""
     ring_link_gbps: float
     """One ring link's payload bandwidth, after framing overhead."""
-    ring_latency_ns: float
     queue_depth: int
     """Instructions waiting per unit queue before the decoder stalls."""
-    mpu_pipeline_cycles: int
-    vpu_pipeline_cycles: int
+    # --- HBM pseudo-channels (docs/cycle-model.md "HBM", with the sources of each figure) -----------------
+    hbm_interleave_words: int = 128
+    """Interleave granule of the ISA's HBM address map: granule g = a // hbm_interleave_words of word address a
+    lies in pseudo-channel (g mod C) XOR ((g div C) mod C) of the C = hbm_channels, at channel-local word
+    (g div C) * granule + a mod granule (sim.cycle_model.hbm_channel_of)."""
+    hbm_access_bytes: int = 32
+    """Smallest access of a pseudo-channel (64-bit bus, burst of 4): partial accesses are rounded up to it."""
+    hbm_page_miss_ns: float = 10.0
+    """Time a pseudo-channel loses per burst that does not continue the previous one (a row activation not
+    hidden behind the stream): strided rows, transposed reads, gathers."""
+    hbm_outstanding: int = 16
+    """Requests (bursts) one AXI port keeps in flight: a port's throughput is at most
+    hbm_outstanding bursts per hbm_latency_cycles."""
+    hbm_ports: int = 0
+    """DMA AXI ports (0: one per pseudo-channel). Port p serves channels c with c mod ports == p; traffic to a
+    channel outside the port's switch group crosses the HBM switch's lateral links."""
+    hbm_switch_group: int = 4
+    """Pseudo-channels per mini-switch of the HBM subsystem (U280: 8 switches of 4 ports and 4 channels)."""
+    hbm_crossing_efficiency: float = 0.5
+    """Throughput of traffic that crosses the switch, relative to local traffic."""
+    dma_transpose_words: int = 256
+    """Words per cycle the DMA's transposing path writes (tile transposers of 32 x 32 words, 8 of them)."""
+    # --- ring hop, built from its parts (docs/cycle-model.md "Ring") ---------------------------------------
+    ring_phy_ns: float = 400.0
+    """Aurora 64B/66B TX and RX cores and the transceivers of one hop, both ends."""
+    ring_cable_ns: float = 5.0
+    """One metre of QSFP28 direct-attach cable."""
+    ring_cdc_cycles: int = 8
+    """Kernel cycles of the two clock-domain crossings (kernel -> user_clk, user_clk -> kernel)."""
+    ring_router_cycles: int = 16
+    """Kernel cycles of the router itself: TX framing, RX reorder by card id, the write into ABUF."""
+    ring_rx_buffer_bytes: int = 65536
+    """Receive buffer per link (credit-based flow control): a step longer than it waits for credits."""
+    # --- the host path (host/runtime/hostpath.py) -----------------------------------------------------------
+    host_transfer_latency_us: float = 5.0
+    """Fixed cost of one host <-> card DMA transfer (XRT buffer sync), beside bytes / host_link_gbps."""
 
     def __post_init__(self):
         def require(cond: bool, message: str):
@@ -89,6 +127,16 @@ class ArchConfig:
         require(self.hbm_words <= 2 ** 32, "HBM must be addressable in 32-bit word addresses")
         require(self.ring_link_gbps > 0 and self.host_link_gbps > 0, "link bandwidths must be positive")
         require(self.queue_depth >= 1, "queue_depth must be at least 1")
+        require(self.hbm_interleave_words > 0 and self.hbm_access_bytes > 0 and self.hbm_outstanding >= 1,
+                "hbm_interleave_words, hbm_access_bytes and hbm_outstanding must be positive")
+        require(self.hbm_ports >= 0 and self.hbm_channels % self.dma_ports == 0,
+                f"hbm_ports must divide hbm_channels ({self.hbm_channels}), got {self.hbm_ports}")
+        require(0 < self.hbm_crossing_efficiency <= 1,
+                f"hbm_crossing_efficiency must be in (0, 1], got {self.hbm_crossing_efficiency}")
+        require(self.hbm_switch_group >= 1, "hbm_switch_group must be at least 1")
+        require(min(self.ring_phy_ns, self.ring_cable_ns, self.ring_cdc_cycles, self.ring_router_cycles,
+                    self.host_transfer_latency_us, self.launch_overhead_us, self.hbm_page_miss_ns) >= 0,
+                "latencies must not be negative")
 
     # --- derived values -------------------------------------------------------------------
     @property
@@ -126,8 +174,28 @@ class ArchConfig:
         return self.ring_link_gbps * 1e9 / (self.clock_mhz * 1e6)
 
     @property
+    def dma_ports(self) -> int:
+        return self.hbm_ports or self.hbm_channels
+
+    @property
+    def hbm_channel_gbps(self) -> float:
+        """What one pseudo-channel sustains on a long sequential stream: the lesser of its share of the
+        physical peak and its port, times hbm_efficiency."""
+        port = self.hbm_port_bits / 8 * self.clock_mhz * 1e6 / 1e9 * self.dma_ports / self.hbm_channels
+        return min(self.hbm_peak_gbps / self.hbm_channels, port) * self.hbm_efficiency
+
+    @property
+    def ring_latency_ns(self) -> float:
+        """One ring hop: transceivers and Aurora cores, cable, clock-domain crossings, the router's cycles."""
+        return self.ring_phy_ns + self.ring_cable_ns + (self.ring_cdc_cycles + self.ring_router_cycles) * 1e3 / self.clock_mhz
+
+    @property
     def ring_latency_cycles(self) -> int:
         return round(self.ring_latency_ns * self.clock_mhz / 1e3)
+
+    def at_clock(self, clock_mhz: float) -> "ArchConfig":
+        """The same core at another kernel clock (the programs are the same; timing differs)."""
+        return dataclasses.replace(self, clock_mhz=float(clock_mhz))
 
     @property
     def peak_gflops(self) -> float:
@@ -160,8 +228,8 @@ PRESETS: dict[str, ArchConfig] = {
         name="sim-small-x1", cards=1, mpu_lanes=4, mac_width=8, vector_width=8, clock_mhz=100.0,
         abuf_words=1 << 18, wbuf_words=1 << 16, hbm_channels=4, hbm_port_bits=128,
         hbm_channel_mbytes=64, hbm_peak_gbps=6.4, hbm_efficiency=0.9, hbm_latency_cycles=32,
-        host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_latency_ns=500.0,
-        queue_depth=8, mpu_pipeline_cycles=12, vpu_pipeline_cycles=10),
+        host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_phy_ns=260.0, ring_cdc_cycles=8,
+        ring_router_cycles=16, queue_depth=8),
     # One core per Alveo U280 (docs/architecture.md justifies each figure): 16 lanes x 64 = 1,024
     # FP16 MACs per cycle, DFX's count: Yosys puts one 64-wide MAC tree (64 multipliers, 63 FP32
     # adders) at 41.8K LUTs, so 16 lanes take 51% of the U280's 1,304K LUTs (32 would not fit);
@@ -174,9 +242,41 @@ PRESETS: dict[str, ArchConfig] = {
         name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
         abuf_words=1 << 21, wbuf_words=1 << 22, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
-        host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_latency_ns=500.0,
-        queue_depth=16, mpu_pipeline_cycles=16, vpu_pipeline_cycles=12),
+        host_link_gbps=12.0, launch_overhead_us=30.0, ring_link_gbps=12.1, queue_depth=16),
 }
+
+
+CONSERVATIVE_ASSUMPTIONS = {"clock_mhz": CONSERVATIVE_CLOCK_MHZ, "hbm_efficiency": 0.8, "hbm_page_miss_ns": 20.0,
+                            "ring_hop_ns": 1000.0, "launch_overhead_us": 100.0, "host_transfer_latency_us": 20.0}
+"""The conservative set every benchmark also reports (docs/cycle-model.md "Assumption sets"): DFX's clock, 80%
+sustained HBM efficiency, twice the page-miss cost, a 1 us ring hop, a 100 us launch (the top of the published
+XRT range) and 20 us per PCIe transfer batch."""
+
+
+def conservative(cfg: ArchConfig) -> ArchConfig:
+    """`cfg` under CONSERVATIVE_ASSUMPTIONS, never more optimistic than `cfg` itself on any of them."""
+    a = CONSERVATIVE_ASSUMPTIONS
+    slow = dataclasses.replace(
+        cfg, clock_mhz=min(cfg.clock_mhz, a["clock_mhz"]), hbm_efficiency=min(cfg.hbm_efficiency, a["hbm_efficiency"]),
+        hbm_page_miss_ns=max(cfg.hbm_page_miss_ns, a["hbm_page_miss_ns"]),
+        launch_overhead_us=max(cfg.launch_overhead_us, a["launch_overhead_us"]),
+        host_transfer_latency_us=max(cfg.host_transfer_latency_us, a["host_transfer_latency_us"]))
+    extra = a["ring_hop_ns"] - slow.ring_latency_ns
+    return dataclasses.replace(slow, ring_phy_ns=slow.ring_phy_ns + extra) if extra > 0 else slow
+
+
+def timing_variants(cfg: ArchConfig, with_conservative: bool = True) -> dict[str, ArchConfig]:
+    """{label: config} every modeled figure is reported under: the preset's own clock ('250 MHz'), DFX's
+    ('200 MHz', CONSERVATIVE_CLOCK_MHZ, the headline) and the conservative set ('conservative'). Same programs,
+    other timing: a device schedules one run's traces under each (SimulatorDevice(timing=...))."""
+    variants = {clock_label(cfg): cfg, clock_label(cfg.at_clock(CONSERVATIVE_CLOCK_MHZ)): cfg.at_clock(CONSERVATIVE_CLOCK_MHZ)}
+    if with_conservative:
+        variants["conservative"] = conservative(cfg)
+    return variants
+
+
+def clock_label(cfg: ArchConfig) -> str:
+    return f"{cfg.clock_mhz:g} MHz"
 
 
 def get_config(name: str, cards: int | None = None) -> ArchConfig:

@@ -14,7 +14,8 @@ R1 = position of the first token of the run and R2 = number of tokens (rows) in 
 program serves every token position and prompt length without recompiling.
 
 Addresses count FP16 words in every space. Spaces: ABUF (activation buffer), WBUF (weight buffer),
-HBM (the card's HBM, interleaved over all pseudo-channels), HOST (the run's host buffer), IMM (the
+HBM (the card's HBM, interleaved over all pseudo-channels in granules of the config's hbm_interleave_words, each
+stripe of granules permuted by its number: docs/cycle-model.md "HBM"), HOST (the run's host buffer), IMM (the
 operand is the FP16 constant in the low 16 bits of `offset`, broadcast everywhere).
 """
 # No `from __future__ import annotations`: amaranth.lib.data.Struct reads real annotations.

@@ -38,7 +38,8 @@ from ringgpt.host.compiler import compile_model  # noqa: E402
 from ringgpt.host.reference.models import load_model, synthetic_config  # noqa: E402
 from ringgpt.host.reference.sampling import SamplingConfig  # noqa: E402
 from ringgpt.host.runtime import Appliance  # noqa: E402
-from ringgpt.hw.config import get_config  # noqa: E402
+from ringgpt.host.runtime import hostpath  # noqa: E402
+from ringgpt.hw.config import CONSERVATIVE_CLOCK_MHZ, clock_label, get_config, timing_variants  # noqa: E402
 from ringgpt.sim.functional import SimulatorDevice  # noqa: E402
 
 CASES = [
@@ -65,32 +66,81 @@ def architecture_only(size: str) -> GPT2LMHeadModel:
         return GPT2LMHeadModel(synthetic_config(size))
 
 
+HEADLINE = clock_label(get_config("u280").at_clock(CONSERVATIVE_CLOCK_MHZ))
+"""The assumption set the headline figures are given under: the preset at DFX's 200 MHz."""
+SAMPLING_MODES = {"greedy": SamplingConfig(),
+                  "top-k 50": SamplingConfig(greedy=False, top_k=50, seed=1),
+                  "top-p 0.9": SamplingConfig(greedy=False, top_p=0.9, seed=1),
+                  "top-k 50 + top-p 0.9": SamplingConfig(greedy=False, top_k=50, top_p=0.9, seed=1)}
+
+
 def modeled_case(case: dict, max_context: int) -> dict:
-    """Decode and time-to-first-token figures of one model/card count from timing-only runs."""
+    """Decode and time-to-first-token figures of one model/card count from timing-only runs, under every timing
+    variant (the preset's clock, 200 MHz, the conservative set)."""
     model = architecture_only(case["model"])
     weight_bytes = 2 * sum(p.numel() for p in model.parameters())
     config = get_config("u280", case["cards"])
+    variants = timing_variants(config)
     image = compile_model(model, config, max_context)
-    appliance = Appliance(SimulatorDevice(config, compute=False), image)
+    device = SimulatorDevice(config, compute=False, timing={k: v for k, v in variants.items() if v != config})
+    appliance = Appliance(device, image)
     bound_ms = weight_bytes / (case["cards"] * config.hbm_peak_gbps * 1e9) * 1e3
+    own = clock_label(config)
+
+    def seconds(stats, label):
+        return stats.seconds if label == own else stats.variants[label]
+
     decode = {}
     for pos in DECODE_POSITIONS:
         stats = appliance.run(pos, [TOKEN])
-        ms = stats.seconds * 1e3
-        decode[pos] = {"ms": ms, "bound_pct": 100 * bound_ms / ms,
+        figures = {label: {"ms": 1e3 * seconds(stats, label), "bound_pct": 100 * bound_ms / (1e3 * seconds(stats, label)),
+                           "device_ms": 1e3 * seconds(stats, label) - variants[label].launch_overhead_us / 1e3}
+                   for label in variants}
+        decode[pos] = {**figures[HEADLINE], "variants": figures,
                        "hbm_gbps_per_card": stats.hbm_bytes / case["cards"] / stats.seconds / 1e9,
                        "breakdown_cycles": stats.breakdown}
     ttft = {}
     for length in PROMPT_LENGTHS:
         runs = appliance.prefill([TOKEN] * length)
-        ttft[length] = {"ms": 1e3 * sum(r.seconds for r in runs), "runs": len(runs)}
+        figures = {label: {"ms": 1e3 * sum(seconds(r, label) for r in runs)} for label in variants}
+        ttft[length] = {**figures[HEADLINE], "variants": figures, "runs": len(runs)}
     dfx = case["dfx"]
     return {"label": case["label"], "model": case["model"], "cards": case["cards"], "config": config.name,
             "weight_bytes": weight_bytes, "hbm_bound_ms": bound_ms, "max_rows": image.meta["max_rows"],
-            "kv_group": image.meta["abuf"][0]["kv_group"], "decode": decode, "ttft": ttft,
+            "kv_group": image.meta["abuf"][0]["kv_group"], "headline": HEADLINE, "decode": decode, "ttft": ttft,
+            "assumptions": {label: {k: getattr(v, k) for k in ("clock_mhz", "hbm_efficiency", "hbm_page_miss_ns",
+                                                                "launch_overhead_us", "host_transfer_latency_us")}
+                            | {"ring_hop_ns": v.ring_latency_ns} for label, v in variants.items()},
             "dfx": {"decode_ms": dfx["decode_ms"], "ttft_ms": dfx["ttft_ms"]},
             "decode_speedup_vs_dfx": {p: dfx["decode_ms"] / d["ms"] for p, d in decode.items()},
             "ttft_speedup_vs_dfx": {n: dfx["ttft_ms"][n] / t["ms"] for n, t in ttft.items()}}
+
+
+def representative_logits(steps: int = 24) -> np.ndarray:
+    """FP16 logits of a trained model (the bundled one, GPT-2's 50,257-token vocabulary), one row per generated
+    token: what sampling is timed on (the timing-only runs return zeros)."""
+    from ringgpt.host.reference.generate import generate
+    from ringgpt.host.tokenizer import load_tokenizer
+    model = load_model("bundled", dtype=torch.float32)
+    ids = load_tokenizer().encode("import os\nimport sys\n\ndef main(argv):\n    ")
+    result = generate(model, ids, SamplingConfig(max_new_tokens=steps, stop_at_eos=False), return_logits=True)
+    return result.logits.astype(np.float16)
+
+
+def host_path(results: list, logits: np.ndarray) -> dict:
+    """Per generated token, for every case, sampling mode and assumption set: device + launch + upload +
+    read-back + conversion + sampling (hostpath.breakdown), decode at the first position."""
+    out = {}
+    for r in results:
+        config = get_config("u280", r["cards"])
+        variants = timing_variants(config)
+        device_by_label = r["decode"][DECODE_POSITIONS[0]]["variants"]
+        out[r["label"]] = {}
+        for mode, cfg in SAMPLING_MODES.items():
+            cost = hostpath.measure_host_stages(logits, cfg, r["cards"])
+            out[r["label"]][mode] = {label: hostpath.breakdown(variants[label], device_by_label[label]["device_ms"] / 1e3, cost)
+                                     for label in (HEADLINE, "conservative")}
+    return out
 
 
 def simulation_speed(tokens: int) -> dict:
@@ -113,46 +163,68 @@ def simulation_speed(tokens: int) -> dict:
 
 
 def table(results: list, sim: dict | None) -> Table:
-    t = Table(title="ringgpt appliance (modeled, u280 at 250 MHz) vs DFX (published)")
-    for column in ("case", "metric", "ringgpt", "DFX", "DFX / ringgpt", "HBM bound", "% of bound"):
+    labels = list(results[0]["decode"][DECODE_POSITIONS[0]]["variants"])
+    t = Table(title=f"ringgpt appliance (modeled, u280; headline at {HEADLINE}) vs DFX (published, 200 MHz)")
+    for column in ("case", "metric", *labels, "DFX", f"DFX / ringgpt ({HEADLINE})", "HBM bound",
+                   f"% of bound ({HEADLINE})"):
         t.add_column(column, justify="left" if column in ("case", "metric") else "right")
     for r in results:
         for pos, d in r["decode"].items():
-            t.add_row(r["label"], f"decode at pos {pos}", f"{d['ms']:.3f} ms/token", f"{r['dfx']['decode_ms']} ms",
-                      f"{r['decode_speedup_vs_dfx'][pos]:.2f}x", f"{r['hbm_bound_ms']:.3f} ms",
-                      f"{d['bound_pct']:.1f}%")
+            t.add_row(r["label"], f"decode at pos {pos}", *(f"{d['variants'][k]['ms']:.3f} ms" for k in labels),
+                      f"{r['dfx']['decode_ms']} ms", f"{r['decode_speedup_vs_dfx'][pos]:.2f}x",
+                      f"{r['hbm_bound_ms']:.3f} ms", f"{d['bound_pct']:.1f}%")
         for n, tt in r["ttft"].items():
-            t.add_row(r["label"], f"first token, {n}-token prompt", f"{tt['ms']:.1f} ms",
+            t.add_row(r["label"], f"first token, {n}-token prompt", *(f"{tt['variants'][k]['ms']:.1f} ms" for k in labels),
                       f"{r['dfx']['ttft_ms'][n]} ms", f"{r['ttft_speedup_vs_dfx'][n]:.2f}x", "", "")
     if sim:
         t.add_row("GPT-2 124M, 4 cards", "functional simulation",
-                  f"{sim['tokens_per_s']:.2f} tok/s wall, {sim['tokens_per_cpu_s']:.2f} tok/CPU-s", "", "", "", "")
+                  f"{sim['tokens_per_s']:.2f} tok/s wall, {sim['tokens_per_cpu_s']:.2f} tok/CPU-s", *[""] * (len(labels) + 3))
+    return t
+
+
+def host_table(host: dict) -> Table:
+    t = Table(title="per generated token, decode at position 32 (us; conversion and sampling measured here, "
+                    "CPU time of the host thread, on a trained model's logits)")
+    for column in ("case", "sampling", "assumptions", *hostpath.STAGES, "total", "host / device"):
+        t.add_column(column, justify="left" if column in ("case", "sampling", "assumptions") else "right")
+    for case, modes in host.items():
+        for mode, by_label in modes.items():
+            for label, parts in by_label.items():
+                t.add_row(case, mode, label, *(f"{1e6 * parts[s]:.1f}" for s in hostpath.STAGES),
+                          f"{1e6 * parts['total']:.1f}", f"{100 * parts['host_share']:.1f}%")
     return t
 
 
 def plot(results: list, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    width = 0.25
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    labels = list(results[0]["decode"][DECODE_POSITIONS[0]]["variants"])
+    series = [("DFX (published, 200 MHz)", lambda r: r["dfx"]["decode_ms"], "#999999")]
+    colors = {"conservative": "#d62728"}
+    for label in labels:
+        series.append((f"ringgpt {label}" if label != "conservative" else "ringgpt, conservative set",
+                       lambda r, label=label: r["decode"][DECODE_POSITIONS[0]]["variants"][label]["ms"],
+                       colors.get(label, "#1f77b4" if label == HEADLINE else "#aec7e8")))
+    series.append(("HBM bound", lambda r, : r["hbm_bound_ms"], "#2ca02c"))
+    width = 0.8 / len(series)
     ax = axes[0]
-    labels = [r["label"] for r in results]
     x = np.arange(len(results))
-    ours = [r["decode"][DECODE_POSITIONS[0]]["ms"] for r in results]
-    ax.bar(x - width, [r["dfx"]["decode_ms"] for r in results], width, label="DFX (published)", color="#999999")
-    ax.bar(x, ours, width, label=f"ringgpt (modeled, pos {DECODE_POSITIONS[0]})", color="#1f77b4")
-    ax.bar(x + width, [r["hbm_bound_ms"] for r in results], width, label="HBM bound", color="#2ca02c")
-    ax.set_xticks(x, labels)
-    ax.set_ylabel("ms per token")
-    ax.set_title("Decode latency")
-    ax.legend(fontsize=8)
+    for i, (name, value, color) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [value(r) for r in results], width, label=name, color=color)
+    ax.set_xticks(x, [r["label"] for r in results])
+    ax.set_ylabel("ms per token (device + launch)")
+    ax.set_title(f"Decode latency, position {DECODE_POSITIONS[0]}")
+    ax.legend(fontsize=7)
     ax = axes[1]
     for r, color in zip(results, ("#1f77b4", "#d62728")):
         n = list(r["ttft"])
-        ax.plot(n, [r["ttft"][k]["ms"] for k in n], "o-", color=color, label=f"ringgpt {r['label']}")
+        ax.plot(n, [r["ttft"][k]["ms"] for k in n], "o-", color=color, label=f"ringgpt {HEADLINE}, {r['label']}")
+        ax.plot(n, [r["ttft"][k]["variants"]["conservative"]["ms"] for k in n], "^:", color=color,
+                label=f"ringgpt conservative, {r['label']}")
         ax.plot(n, [r["dfx"]["ttft_ms"][k] for k in n], "s--", color=color, alpha=0.5, label=f"DFX {r['label']}")
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("ms to first token")
     ax.set_title("Time to first token")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -168,12 +240,19 @@ def main(out: str, sim_tokens: int, max_context: int) -> None:
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = [modeled_case(case, max_context) for case in CASES]
+    host = host_path(results, representative_logits())
     sim = simulation_speed(sim_tokens) if sim_tokens else None
     report = {"host": platform.node(), "python": platform.python_version(), "max_context": max_context,
-              "accuracy_checked": False, "accuracy_note": ACCURACY_NOTE, "cases": results, "simulation": sim}
+              "headline": HEADLINE, "accuracy_checked": False, "accuracy_note": ACCURACY_NOTE, "cases": results,
+              "host_path": host, "simulation": sim}
     (out_dir / "bench_appliance.json").write_text(json.dumps(report, indent=1))
     plot(results, out_dir / "bench_appliance.png")
-    Console(width=160).print(table(results, sim))
+    console = Console(width=200)
+    console.print(table(results, sim))
+    console.print(host_table(host))
+    for r in results:
+        print(f"{r['label']}: assumption sets " + "; ".join(
+            f"{label}: " + ", ".join(f"{k} {v:g}" for k, v in a.items()) for label, a in r["assumptions"].items()))
     print(ACCURACY_NOTE)
     print(f"wrote {out_dir / 'bench_appliance.json'} and {out_dir / 'bench_appliance.png'}")
 

@@ -12,34 +12,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import OPCODES, Flags, Opcode, Space, Unit
-
-NO_OPERAND = (Space.NONE, 0)
-ADDRESS_LIMIT = 1 << 32
-"""End of every 32-bit word address space (a GATHER may read anywhere above its table base)."""
-
-
-class Resolved(NamedTuple):
-    """One executed instruction with its fields resolved: operands are (space, word address), or
-    (Space.IMM, FP16 bits) for a constant; dimensions are plain integers."""
-    op: Opcode
-    card: int = 0
-    rows: int = 0
-    n: int = 0
-    k: int = 0
-    pos: int = 0
-    dst: tuple = NO_OPERAND
-    src1: tuple = NO_OPERAND
-    src2: tuple = NO_OPERAND
-    aux: tuple = NO_OPERAND
-    dst_stride: int = 0
-    src1_stride: int = 0
-    src2_stride: int = 0
-    aux_stride: int = 0
-    flags: Flags = Flags()
-    slices: tuple = ()
-    """ALLGATHER only: (n_c, k_c) of every card c, in card order."""
-
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.resolved import (ADDRESS_LIMIT, NO_OPERAND, Block, Resolved,  # noqa: F401 (re-exported)
+                                  access_blocks, access_ranges)
 
 class Cost(NamedTuple):
     unit: Unit
@@ -48,6 +23,9 @@ class Cost(NamedTuple):
     ring_bytes: int = 0
     """Bytes this card puts on its outgoing ring link."""
     host_bytes: int = 0
+    latency: int = 0
+    """Cycles from the unit's release until the result is there (HBM: the request latency, overlapped with the
+    next instruction's transfer because the ports keep several requests in flight)."""
 
 
 def _ceil_div(a: float, b: float) -> int:
@@ -106,12 +84,14 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         spaces = (r.dst[0], r.src1[0])
         nbytes = 2 * words
         if Space.HBM in spaces:
-            return Cost(unit, _ceil_div(nbytes, cfg.hbm_bytes_per_cycle) + cfg.hbm_latency_cycles,
-                        hbm_bytes=nbytes)
+            return Cost(unit, hbm_transfer(r, cfg).cycles, hbm_bytes=nbytes, latency=cfg.hbm_latency_cycles)
         if Space.HOST in spaces:
             host_bytes_per_cycle = cfg.host_link_gbps * 1e3 / cfg.clock_mhz
             return Cost(unit, _ceil_div(nbytes, host_bytes_per_cycle), host_bytes=nbytes)
-        return Cost(unit, r.rows * _ceil_div(r.n, cfg.vector_width))
+        # On chip (ABUF -> ABUF/WBUF): the RTL unit's own count (hw/core/dma.py: straight chunks of vector_width
+        # words per cycle; transposed copies through a vector_width x vector_width tile).
+        from ringgpt.hw.core.dma import onchip_cycles
+        return Cost(unit, onchip_cycles(cfg, r.rows, r.n, r.flags.transpose))
     # Router.
     if r.op is Opcode.ALLGATHER:
         if cfg.cards == 1:
@@ -128,6 +108,112 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     return Cost(unit, _ceil_div(words, cfg.vector_width))
 
 
+# --- HBM: the pseudo-channels one DMA instruction touches (docs/cycle-model.md "HBM") ---------------------------
+
+AXI_MAX_BURST_BYTES = 4096
+"""An AXI burst never crosses a 4 KiB boundary: one request moves at most this much."""
+
+
+class HbmTransfer(NamedTuple):
+    """What one DMA instruction does to the HBM pseudo-channels (arrays indexed by channel)."""
+    cycles: int
+    """Kernel cycles the transfer occupies the DMA unit: the slowest channel, port or request window."""
+    bytes: object
+    """Bytes each channel moves, every burst rounded out to whole hbm_access_bytes."""
+    bursts: object
+    """Bursts each channel serves (a burst: a run of consecutive channel-local addresses)."""
+    requests: object
+    """AXI requests each channel serves (bursts cut at 4 KiB)."""
+    channel_cycles: object
+    port_cycles: object
+    window_cycles: object
+    transpose_cycles: int = 0
+
+
+def hbm_channel_of(granule, channels: int):
+    """The pseudo-channel of interleave granule g (the ISA's HBM address map): within each stripe of `channels`
+    consecutive granules every channel gets one, permuted by the stripe number (g mod C) XOR ((g div C) mod C), so
+    that rows whose stride is a multiple of the granule still spread over all channels. C not a power of two:
+    (g + g div C) mod C."""
+    if channels & (channels - 1) == 0:
+        return (granule % channels) ^ ((granule // channels) % channels)
+    return (granule + granule // channels) % channels
+
+
+def hbm_segments(starts, length: int, cfg: ArchConfig, merge: bool = True):
+    """(bytes, bursts, requests) per channel of rows of `length` words starting at word addresses `starts`, in
+    issue order. The ISA's interleave: word a lies in channel (a // G) mod C at channel-local word
+    (a // (G * C)) * G + a % G, G = hbm_interleave_words, C = hbm_channels. Pieces that continue the channel's
+    previous piece merge into one burst (merge=False: every row piece is a burst of its own, as for a gather).
+    The channel is hbm_channel_of(a // G)."""
+    import numpy as np
+    g, c = cfg.hbm_interleave_words, cfg.hbm_channels
+    starts = np.asarray(starts, dtype=np.int64).ravel()
+    zeros = np.zeros(c, dtype=np.int64)
+    if length <= 0 or starts.size == 0:
+        return zeros, zeros.copy(), zeros.copy()
+    first = starts // g
+    count = (starts + length - 1) // g - first + 1
+    row = np.repeat(np.arange(starts.size), count)
+    granule = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    lo = np.maximum(starts[row], granule * g)
+    hi = np.minimum(starts[row] + length, (granule + 1) * g)
+    channel = hbm_channel_of(granule, c)
+    local_lo = (granule // c) * g + (lo - granule * g)
+    local_hi = local_lo + (hi - lo)
+    order = np.argsort(channel, kind="stable")
+    channel, local_lo, local_hi = channel[order], local_lo[order], local_hi[order]
+    new = np.ones(channel.size, dtype=bool)
+    if merge:
+        new[1:] = (channel[1:] != channel[:-1]) | (local_lo[1:] != local_hi[:-1])
+    begin = np.flatnonzero(new)
+    end = np.append(begin[1:], channel.size) - 1
+    a = cfg.hbm_access_bytes
+    rounded = (-(-2 * local_hi[end] // a) - (2 * local_lo[begin]) // a) * a
+    burst_channel = channel[begin]
+    nbytes = np.bincount(burst_channel, weights=rounded, minlength=c).astype(np.int64)
+    bursts = np.bincount(burst_channel, minlength=c).astype(np.int64)
+    requests = np.bincount(burst_channel, weights=-(-rounded // AXI_MAX_BURST_BYTES), minlength=c).astype(np.int64)
+    return nbytes, bursts, requests
+
+
+def hbm_transfer(r: Resolved, cfg: ArchConfig) -> HbmTransfer:
+    """The cycles a LOAD, STORE or GATHER that touches HBM occupies the DMA unit, from the channels it touches:
+    per channel, its bytes at the channel's sustained rate plus hbm_page_miss_ns for every burst after its
+    first; per AXI port, its channels' bytes at the port's width (traffic to a channel outside the port's switch
+    group at hbm_crossing_efficiency) and its requests, hbm_outstanding at a time, each waiting
+    hbm_latency_cycles; a transposed write at dma_transpose_words per cycle. The slowest of these
+    sets the cycles (the request latency itself overlaps: Cost.latency)."""
+    import numpy as np
+    hbm_is_source = r.src1[0] is Space.HBM
+    base = r.src1[1] if hbm_is_source else r.dst[1]
+    stride = r.src1_stride if hbm_is_source else r.dst_stride
+    rows, n = r.rows, r.n
+    transpose = _ceil_div(rows * n, cfg.dma_transpose_words) if r.flags.transpose else 0
+    if r.flags.transpose and not hbm_is_source:  # a transposed write into HBM: n rows of `rows` words
+        rows, n = n, rows
+    if r.op is Opcode.GATHER:  # table rows chosen by data: each row its own burst, rows spread as if consecutive
+        starts, length, merge = base + np.arange(rows) * max(stride, n), n, False
+    elif rows <= 1 or stride == n:  # one contiguous range
+        starts, length, merge = [base], rows * n, True
+    else:
+        starts, length, merge = base + np.arange(rows) * stride, n, True
+    nbytes, bursts, requests = hbm_segments(starts, length, cfg, merge)
+    clock = cfg.clock_mhz
+    channel_rate = cfg.hbm_peak_gbps / cfg.hbm_channels * cfg.hbm_efficiency * 1e3 / clock  # bytes per cycle
+    miss = cfg.hbm_page_miss_ns * clock / 1e3
+    channel_cycles = nbytes / channel_rate + np.maximum(bursts - 1, 0) * miss
+    ports = cfg.dma_ports
+    channels = np.arange(cfg.hbm_channels)
+    port = channels % ports
+    crossing = (port // cfg.hbm_switch_group) != (channels // cfg.hbm_switch_group)
+    weighted = np.where(crossing, nbytes / cfg.hbm_crossing_efficiency, nbytes)
+    port_cycles = np.bincount(port, weights=weighted, minlength=ports) / (cfg.hbm_port_bits / 8)
+    window_cycles = np.bincount(port, weights=requests, minlength=ports) * cfg.hbm_latency_cycles / cfg.hbm_outstanding
+    cycles = math.ceil(max(channel_cycles.max(), port_cycles.max(), window_cycles.max(), transpose)) if rows * n else 0
+    return HbmTransfer(cycles, nbytes, bursts, requests, channel_cycles, port_cycles, window_cycles, transpose)
+
+
 _UNIT_CLASS = {Unit.CONTROL: "control", Unit.MATRIX: "matrix", Unit.VECTOR: "vector", Unit.ROUTER: "ring"}
 
 
@@ -138,93 +224,6 @@ def instruction_class(r: Resolved) -> str:
         spaces = (r.dst[0], r.src1[0])
         return "dma-hbm" if Space.HBM in spaces else "dma-host" if Space.HOST in spaces else "dma-onchip"
     return _UNIT_CLASS[unit]
-
-
-class Block(NamedTuple):
-    """The words an operand touches: `rows` rows of `cols` consecutive words, row i at base + i * stride.
-    A GATHER's table is `unbounded`: its rows depend on the indices (data), so only its base is known."""
-    operand: str
-    space: Space
-    base: int
-    rows: int
-    cols: int
-    stride: int
-    unbounded: bool = False
-
-    @property
-    def empty(self) -> bool:
-        return self.rows <= 0 or self.cols <= 0
-
-    def holds(self, space: Space, address: int) -> bool:
-        """Whether the block touches word `address` of `space`."""
-        if space is not self.space or self.empty or address < self.base:
-            return False
-        if self.stride < self.cols:  # rows overlap or touch: one contiguous range
-            return address < self.base + (self.rows - 1) * self.stride + self.cols
-        row, col = divmod(address - self.base, self.stride)
-        return row < self.rows and col < self.cols
-
-    def bounds(self):
-        """(space, lo, hi): the bounding word range, or None when empty."""
-        if self.empty:
-            return None
-        hi = ADDRESS_LIMIT if self.unbounded else self.base + (self.rows - 1) * self.stride + self.cols
-        return self.space, self.base, hi
-
-
-def _block(r: Resolved, name: str, rows: int, cols: int, stride: int | None = None, start: int = 0):
-    space, base = getattr(r, name)
-    stride = getattr(r, f"{name}_stride") if stride is None else stride
-    return Block(name, space, base + start, rows, cols, stride)
-
-
-def _memory(blocks: list) -> tuple:
-    return tuple(b for b in blocks if b.space not in (Space.NONE, Space.IMM))
-
-
-def access_blocks(r: Resolved) -> tuple[tuple, tuple]:
-    """(reads, writes): the exact Blocks an instruction reads and writes, memory operands only (no IMM),
-    in operand order (src1, src2, aux; dst, aux), empty blocks included, so that the list's shape
-    depends on the instruction word alone."""
-    op = r.op
-    unit = OPCODES[op].unit
-    if unit is Unit.CONTROL:
-        return (), ()
-    if op in (Opcode.LOAD, Opcode.STORE):
-        dst = _block(r, "dst", r.n, r.rows) if r.flags.transpose else _block(r, "dst", r.rows, r.n)
-        reads, writes = [_block(r, "src1", r.rows, r.n)], [dst]
-    elif op is Opcode.GATHER:
-        table = _block(r, "src1", 1, r.n)._replace(rows=int(r.rows > 0), unbounded=True)
-        reads, writes = [table, _block(r, "src2", 1, r.rows, 0)], [_block(r, "dst", r.rows, r.n)]
-    elif unit is Unit.MATRIX:
-        reads = [_block(r, "src1", r.rows, r.k), _block(r, "src2", r.n, r.k)]
-        writes = [_block(r, "dst", r.rows, r.n)]
-        if op is Opcode.MATMUL:
-            reads.append(_block(r, "aux", 1, r.n, 0))
-        else:
-            writes.append(_block(r, "aux", r.rows, 1))
-    elif unit is Unit.VECTOR:
-        reads = [_block(r, "src1", r.rows, r.n),
-                 _block(r, "src2", r.rows, 1 if r.flags.src2_row_scalar else r.n),
-                 _block(r, "aux", r.rows, 1 if r.flags.aux_row_scalar else r.n)]
-        reduces = op in (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
-        writes = [_block(r, "dst", r.rows, 1 if reduces else r.n)]
-    elif op is Opcode.ALLGATHER:
-        first = min(k for _, k in r.slices)
-        end = max(k + n for n, k in r.slices)
-        reads = [_block(r, "src1", r.rows, r.n)]
-        writes = [_block(r, "dst", r.rows, end - first, start=first)]
-    elif op is Opcode.SEND:
-        reads, writes = [_block(r, "src1", r.rows, r.n)], []
-    else:  # RECV
-        reads, writes = [], [_block(r, "dst", r.rows, r.n)]
-    return _memory(reads), _memory(writes)
-
-
-def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
-    """(reads, writes): the bounding word ranges (space, lo, hi) the scoreboard tracks."""
-    reads, writes = access_blocks(r)
-    return (tuple(b.bounds() for b in reads if not b.empty), tuple(b.bounds() for b in writes if not b.empty))
 
 
 def _overlaps(a: tuple, b: tuple) -> bool:
@@ -297,6 +296,25 @@ class CycleReport:
 _ALLGATHER, _RECV = "allgather", "recv"
 
 
+_COSTED: dict = {}
+_COSTED_LIMIT = 1 << 18
+
+
+def _costed(r: Resolved, cfg: ArchConfig) -> tuple:
+    """(instruction_cost, access_ranges, instruction_class) of r under cfg, remembered: the simulator reuses one
+    Resolved object while an instruction's registers are unchanged, so most instructions of a run are the same
+    objects as in the previous run. Keyed by identity; the entry holds r and cfg, so the ids stay theirs."""
+    key = (id(r), id(cfg))
+    hit = _COSTED.get(key)
+    if hit is not None and hit[0] is r and hit[1] is cfg:
+        return hit[2]
+    if len(_COSTED) >= _COSTED_LIMIT:
+        _COSTED.clear()
+    value = (instruction_cost(r, cfg), access_ranges(r), instruction_class(r))
+    _COSTED[key] = (r, cfg, value)
+    return value
+
+
 def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
     """Schedules one card's trace in program order. At an ALLGATHER it yields (ALLGATHER, the
     cycle it could start on this card) and receives the joint start; at a RECV it yields (RECV,
@@ -308,7 +326,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
     last_done = 0
     outgoing = links[report.card]
     for r in trace:
-        cost = instruction_cost(r, cfg)
+        cost, (reads, writes), cls = _costed(r, cfg)
         unit = cost.unit
         slot = unit._value_
         report.instructions += 1
@@ -326,7 +344,6 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
             if len(starts) == cfg.queue_depth:
                 issue = max(issue, starts[0])
             inflight = [e for e in inflight if e[0] > issue + 1]
-            reads, writes = access_ranges(r)
             start = max(issue + 1, unit_free[slot])
             for done_e, reads_e, writes_e in inflight:
                 if done_e > start and (_overlaps(writes, writes_e) or _overlaps(writes, reads_e)
@@ -336,16 +353,15 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
                 start = yield _ALLGATHER, start
             elif r.op is Opcode.RECV:
                 start = yield _RECV, start
-            done = start + cost.cycles
+            done = start + cost.cycles + cost.latency
             if r.op is Opcode.SEND:
                 outgoing.append(done)
             starts.append(start)
-            unit_free[slot] = done
+            unit_free[slot] = start + cost.cycles
             inflight.append((done, reads, writes))
             last_done = max(last_done, done)
         report.timeline.append((r.op.name, issue, start, done))
         report.busy[unit.name] = report.busy.get(unit.name, 0) + cost.cycles
-        cls = instruction_class(r)
         report.classes[cls] = report.classes.get(cls, 0) + cost.cycles
         report.opcodes[r.op.name] = report.opcodes.get(r.op.name, 0) + cost.cycles
         if cost.hbm_bytes:

@@ -106,7 +106,8 @@ def test_sim_backend_is_the_default_and_matches_the_reference(image_cache):
     assert result.exit_code == 0, result.output
     assert result.stdout == expected_text("Hello world", SamplingConfig(max_new_tokens=5))
     assert "5 tokens on u280-x2" in result.stderr and "tokens/s" in result.stderr
-    assert "modeled u280-x2: time to first token" in result.stderr and "ms/token" in result.stderr
+    assert "modeled u280-x2 at 200 MHz: time to first token" in result.stderr and "ms/token" in result.stderr
+    assert "modeled u280-x2 at 250 MHz: time to first token" in result.stderr and "per token at 200 MHz" in result.stderr
     assert "PyTorch FP32 reference: PASS (tokens match, logits relative RMS error " in result.stderr
     assert "<= 1e-02 bound, over 5 steps)" in result.stderr
     again = CliRunner().invoke(cli.main, args + ["--no-check-reference"])

@@ -292,3 +292,26 @@ def test_special_tables_stay_in_their_ranges():
     assert magnitude[finite].min() >= 0 and magnitude[finite].max() < 1 << (nm.GELU_SIGNIFICAND_BITS + 1)
     assert gelu["base"].max() < 1 << 24 and np.abs(gelu["slope"]).max() < 1 << 23
     assert seg[finite].max() < nm.GELU_TABLE_DEPTH
+
+
+def test_compiled_matmul_kernel_is_bit_exact_with_the_torch_path():
+    """hw/native.py (when a C compiler is there) against numerics._matmul_acc_torch: random, subnormal, signed-zero,
+    infinite and NaN operands, widths 8 to 64, any K (zero padding), strided weight columns."""
+    from ringgpt.hw import native
+    if native.library() is None:
+        pytest.skip("no compiled kernel on this machine (no C compiler, or RINGGPT_NATIVE=0)")
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        m, k, n = int(rng.integers(1, 9)), int(rng.integers(1, 300)), int(rng.integers(1, 50))
+        width = (8, 16, 64)[trial % 3]
+        x = (rng.standard_normal((m, k)) * (1, 100, 1e-3, 3e4)[trial % 4]).astype(np.float16)
+        w = (rng.standard_normal((k, n)) * (0.02, 1, 1e-5, 300)[trial % 4]).astype(np.float16)
+        if trial % 5 == 0:
+            x.flat[rng.integers(0, x.size, 3)] = (np.inf, -np.inf, np.nan)[trial % 3]
+            w.flat[rng.integers(0, w.size, 3)] = np.float16(6e-8)
+            x.flat[rng.integers(0, x.size, 3)] = -0.0
+        w = w if trial % 2 else np.ascontiguousarray(w.T).T
+        ours, torch_path = native.matmul_acc(x, w, width), nm._matmul_acc_torch(x, w, width)
+        nan = np.isnan(torch_path)
+        assert np.array_equal(np.isnan(ours), nan)
+        assert np.array_equal(ours[~nan].view(np.uint32), torch_path[~nan].view(np.uint32)), trial

@@ -104,3 +104,30 @@ def test_json_round_trip():
 def test_json_with_unknown_parameter():
     with pytest.raises(SamplingConfigError, match="unknown sampling parameters"):
         SamplingConfig.from_json('{"greedy": true, "beam_width": 4}')
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_fast_sampler_equals_the_plain_definition(dtype):
+    """TokenSampler's candidate-only path picks exactly the tokens of reference_next_token (whole-vocabulary
+    float64 softmax, full stable sort), ties, zeros of both signs and -Inf included."""
+    from ringgpt.host.reference.sampling import reference_next_token
+    rng = np.random.default_rng(5)
+    configs = [SamplingConfig(), SamplingConfig(greedy=False), SamplingConfig(greedy=False, top_k=50),
+               SamplingConfig(greedy=False, top_p=0.9), SamplingConfig(greedy=False, top_k=40, top_p=0.9, temperature=0.7),
+               SamplingConfig(greedy=False, top_k=1), SamplingConfig(greedy=False, top_p=0.5, temperature=2.0)]
+    for trial in range(24):
+        vocab = (50257, 50, 7, 1000)[trial % 4]
+        logits = (rng.standard_normal(vocab) * (0.1, 3.0, 30.0)[trial % 3]).astype(dtype)
+        if trial % 5 == 0:
+            logits[rng.integers(0, vocab, vocab // 3)] = logits[0]  # many ties
+        if trial % 7 == 0:
+            logits[:] = 0
+            logits[3] = -0.0
+        if trial % 6 == 1:
+            logits[2], logits[4] = -np.inf, -np.inf  # masked tokens (+Inf logits make the softmax NaN either way)
+        for cfg in configs:
+            if cfg.top_k > vocab:
+                continue
+            fast, rng_ref = TokenSampler(cfg), np.random.default_rng(cfg.seed)
+            for _ in range(3):
+                assert fast.next_token(logits) == reference_next_token(cfg, rng_ref, logits), (trial, cfg)

@@ -21,4 +21,4 @@ def test_latency_from_the_parts():
 @pytest.mark.rtl
 def test_vector_unit_bit_exact(run_tb, sim):
     run_tb(DESIGN, "ringgpt.sim.tb.tb_vector", seed=4, instructions=INSTRUCTIONS[sim],
-           record=os.environ.get("RINGGPT_CYCLE_RECORD"))
+           issue_valid_probability=0.5, record=os.environ.get("RINGGPT_CYCLE_RECORD"))

@@ -28,8 +28,7 @@ from numpy.lib.stride_tricks import as_strided
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Space, Unit
-from ringgpt.sim.cycle_model import Block, access_blocks
-from ringgpt.sim.functional.machine import resolve_run, with_gather_slices
+from ringgpt.hw.resolved import Block, access_blocks, resolve_run, with_gather_slices
 
 
 class PlanError(CompileError):

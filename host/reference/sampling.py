@@ -70,33 +70,136 @@ class TokenSampler:
         self._rng = np.random.default_rng(cfg.seed)
 
     def next_token(self, logits: np.ndarray) -> int:
-        """Token id chosen from `logits` (shape (vocab,)): argmax when greedy, else a draw from the softmax of
-        logits/temperature restricted to the top_k largest and then to the smallest top_p probability mass."""
+        """Token id chosen from `logits` (shape (vocab,), FP16, FP32 or FP64): argmax when greedy, else a draw from
+        the softmax of logits/temperature restricted to the top_k largest and then to the smallest top_p
+        probability mass.
+
+        The result is the one the plain definition gives (float64 softmax over the whole vocabulary, a stable
+        descending sort, cumulative sums; `reference_next_token`, which the tests compare with), computed without
+        touching the whole vocabulary where the filters allow: selection runs on integer keys of the bit patterns
+        (their order is the values' order), float64 arithmetic only on the candidates, and every float64 sum is the
+        one the definition forms (the same terms in the same order), so the tokens are the same bit for bit."""
         logits = np.asarray(logits)
         if logits.ndim != 1 or logits.size == 0:
             raise RequestError(f"logits must be a non-empty 1-D array (vocab,), got shape {logits.shape}")
-        if np.isnan(logits).any():
+        if logits.dtype not in _KEY_TYPES:
+            logits = logits.astype(np.float64)
+        keys = _sortable_keys(logits)
+        if _has_nan(logits, keys):
             raise RequestError("logits contain NaN: the model produced invalid values (check the weights and dtype)")
         cfg = self.cfg
         if cfg.greedy:
-            return int(np.argmax(logits))
+            best = int(np.argmax(keys))
+            # -0 and +0 are equal values but distinct keys: the first index of a zero maximum needs the values.
+            return best if logits[best] != 0 else int(np.argmax(_as_float64(logits) == 0))
         if cfg.top_k > logits.size:
             raise SamplingConfigError(f"top_k={cfg.top_k} exceeds the vocabulary size {logits.size}")
-        x = logits.astype(np.float64) / cfg.temperature
-        if 0 < cfg.top_k < x.size:
-            kth = np.partition(x, -cfg.top_k)[-cfg.top_k]
-            x = np.where(x >= kth, x, -np.inf)
-        probs = np.exp(x - x.max())
-        probs /= probs.sum()
+        vocab = logits.size
+        candidates = None
+        if 0 < cfg.top_k < vocab:
+            kth, candidates = _top_k_candidates(keys, cfg.top_k)
+            if logits[candidates[int(np.argmax(keys[candidates] == kth))]] == 0:
+                # a zero k-th value: -0 ties +0 as values but not as keys, so decide on the values
+                x = _as_float64(logits)
+                candidates = np.flatnonzero(x >= np.partition(x, -cfg.top_k)[-cfg.top_k])
+        if candidates is not None:
+            x = logits[candidates].astype(np.float64) / cfg.temperature
+            e = np.exp(x - x.max())
+            full = np.zeros(vocab)
+            full[candidates] = e
+            probs = e / full.sum()  # the definition's sum: the whole vocabulary, zeros included, pairwise
+        else:
+            x = _as_float64(logits) / cfg.temperature
+            probs = np.exp(x - x.max())
+            probs /= probs.sum()
+            candidates = np.arange(vocab)
         if cfg.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            keep = order[: int(np.searchsorted(np.cumsum(probs[order]), cfg.top_p)) + 1]
-            nucleus = np.zeros_like(probs)
-            nucleus[keep] = probs[keep]
-            probs = nucleus
+            order = _nucleus(probs, cfg.top_p)
+            candidates, probs = candidates[order], probs[order]
+            by_index = np.argsort(candidates, kind="stable")
+            candidates, probs = candidates[by_index], probs[by_index]
+        # The definition's cumulative sum runs over the vocabulary with zeros outside the kept set: the same values
+        # at the kept positions, so both searches map to them.
         cdf = np.cumsum(probs)
-        last_possible = np.searchsorted(cdf, cdf[-1])  # guards against u * total rounding up to total
-        return int(min(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"), last_possible))
+        last_possible = candidates[min(int(np.searchsorted(cdf, cdf[-1])), cdf.size - 1)]
+        drawn = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
+        return int(min(candidates[drawn] if drawn < cdf.size else vocab, last_possible))
+
+
+def reference_next_token(cfg: SamplingConfig, rng: np.random.Generator, logits: np.ndarray) -> int:
+    """The plain definition of TokenSampler.next_token (whole-vocabulary float64 softmax, full stable sort): what
+    the fast path must equal, kept for the tests and for reading."""
+    logits = np.asarray(logits)
+    if cfg.greedy:
+        return int(np.argmax(logits.astype(np.float64)))
+    x = logits.astype(np.float64) / cfg.temperature
+    if 0 < cfg.top_k < x.size:
+        kth = np.partition(x, -cfg.top_k)[-cfg.top_k]
+        x = np.where(x >= kth, x, -np.inf)
+    probs = np.exp(x - x.max())
+    probs /= probs.sum()
+    if cfg.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(probs[order]), cfg.top_p)) + 1]
+        nucleus = np.zeros_like(probs)
+        nucleus[keep] = probs[keep]
+        probs = nucleus
+    cdf = np.cumsum(probs)
+    last_possible = np.searchsorted(cdf, cdf[-1])  # guards against u * total rounding up to total
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), last_possible))
+
+
+_KEY_TYPES = {np.dtype(np.float16): np.int16, np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
+
+
+def _sortable_keys(values: np.ndarray) -> np.ndarray:
+    """Signed integers whose order is the values' order (NaN aside; -0 sorts just below +0): the bit pattern,
+    with the magnitude bits of negative numbers inverted."""
+    kind = _KEY_TYPES[values.dtype]
+    bits = values.view(kind)
+    shift = 8 * np.dtype(kind).itemsize - 1
+    return bits ^ ((bits >> shift) & kind(np.iinfo(kind).max))
+
+
+def _has_nan(values: np.ndarray, keys: np.ndarray) -> bool:
+    if values.dtype != np.float16:
+        return bool(np.isnan(values).any())
+    # FP16 keys: +Inf is 0x7C00, -Inf is ~0x7C00 ^ 0x7FFF as int16; NaNs lie beyond them.
+    return bool(keys.max() > 0x7C00 or keys.min() < -0x7C01)
+
+
+def _as_float64(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.float64)
+
+
+def _top_k_candidates(keys: np.ndarray, k: int) -> tuple:
+    """(the k-th largest key, the positions of every key >= it, ascending): a threshold below the maximum,
+    widened until at least k keys pass, then a partition of those few."""
+    top = int(keys.max())
+    low = int(np.iinfo(keys.dtype).min)
+    step = 1 << (8 if keys.dtype == np.int16 else 20 if keys.dtype == np.int32 else 49)
+    while True:
+        threshold = max(top - step, low)
+        passing = np.flatnonzero(keys >= threshold)
+        if passing.size >= k or threshold == low:
+            values = keys[passing]
+            kth = np.partition(values, values.size - k)[values.size - k]
+            return kth, passing[values >= kth]
+        step *= 4
+
+
+def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """Positions (into probs) of the smallest set of most probable entries whose cumulative probability reaches
+    top_p, most probable first, ties by position: the prefix of the stable descending sort of all probs, found by
+    sorting only the entries above a threshold that is lowered until their cumulative sum reaches top_p."""
+    threshold = probs.max() * 2.0 ** -8
+    while True:
+        above = np.flatnonzero(probs >= threshold)
+        order = above[np.argsort(-probs[above], kind="stable")]
+        cumulative = np.cumsum(probs[order])
+        if cumulative[-1] >= top_p or above.size == probs.size or threshold == 0.0:
+            return order[: int(np.searchsorted(cumulative, top_p)) + 1]
+        threshold = threshold * 2.0 ** -8 if threshold > 1e-300 else 0.0
 
 
 def validate_prompt(prompt_ids: list[int], cfg: SamplingConfig, *, vocab_size: int, context: int,

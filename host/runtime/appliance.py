@@ -14,6 +14,7 @@ from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
 from ringgpt.host.reference.generate import validate_prompt
 from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler
+from ringgpt.host.runtime import hostpath
 
 
 class ApplianceError(RingGPTError):
@@ -34,6 +35,8 @@ class ApplianceResult:
     wall_s: float = 0.0
     stop_reason: str = ""
     """'eos' or 'max_new_tokens'."""
+    host: list = field(default_factory=list)
+    """hostpath.TokenHostCost of every generated token: measured conversion and sampling, PCIe bytes."""
 
     @property
     def runs(self) -> list:
@@ -48,6 +51,25 @@ class ApplianceResult:
     def decode_ms_per_token(self) -> float | None:
         """Modeled mean decode time per token in ms (None when only one token was generated)."""
         return 1e3 * sum(r.seconds for r in self.decode_runs) / len(self.decode_runs) if self.decode_runs else None
+
+    def ttft_under(self, label: str | None = None) -> float:
+        """ttft_s under the timing variant `label` of the device's `timing` (None: the device's own config)."""
+        return sum(r.seconds if label is None else r.variants[label] for r in self.prompt_runs)
+
+    def decode_ms_under(self, label: str | None = None) -> float | None:
+        """decode_ms_per_token under the timing variant `label` (None: the device's own config)."""
+        if not self.decode_runs:
+            return None
+        return 1e3 * sum(r.seconds if label is None else r.variants[label] for r in self.decode_runs) / len(self.decode_runs)
+
+    def per_token(self, cfg, label: str | None = None) -> dict | None:
+        """The end-to-end cost of one generated token (hostpath.breakdown, seconds): device + launch + upload +
+        read-back + conversion + sampling, means over the decode runs; `cfg` is the config (or timing variant)
+        whose launch and PCIe figures apply, `label` the variant whose device time is taken."""
+        if not self.decode_runs:
+            return None
+        device = self.decode_ms_under(label) / 1e3 - cfg.launch_overhead_us * 1e-6
+        return hostpath.breakdown(cfg, device, self.host[:len(self.decode_runs)])
 
     @property
     def tokens_per_s(self) -> float:
@@ -91,8 +113,11 @@ class Appliance:
 
     def logits(self) -> np.ndarray:
         """The last run's logits for its last token (float32, the full vocabulary, in card order)."""
-        parts = [self.device.read_host(card, offset, count) for card, offset, count in self._logits]
-        return np.concatenate(parts).astype(np.float32)
+        return np.concatenate(self.logits_parts()).astype(np.float32)
+
+    def logits_parts(self) -> list:
+        """The last run's logits as read back: every card's FP16 vocabulary slice, in card order."""
+        return [self.device.read_host(card, offset, count) for card, offset, count in self._logits]
 
     def prefill(self, prompt_ids, pos: int = 0) -> list:
         """Processes prompt tokens from position `pos` in runs of up to max_rows; returns their RunStats."""
@@ -116,8 +141,9 @@ class Appliance:
         result.prompt_runs = self.prefill(prompt_ids)
         rows, pos = [], len(prompt_ids)
         while True:
-            row = self.logits()
-            token = sampler.next_token(row)
+            parts = self.logits_parts()
+            token, row, conversion_s, sampling_s = hostpath.choose(parts, sampler)
+            result.host.append(hostpath.TokenHostCost(conversion_s, sampling_s, tuple(2 * p.size for p in parts)))
             rows.append(row)
             result.generated_ids.append(token)
             if on_token is not None:
@@ -128,8 +154,9 @@ class Appliance:
             if len(result.generated_ids) == sampling_cfg.max_new_tokens:
                 result.stop_reason = "max_new_tokens"
                 break
+            result.host[-1].upload_bytes = (2,) * self.cards
             result.decode_runs.append(self.run(pos, [token]))
             pos += 1
-        result.logits = np.stack(rows)
+        result.logits = np.stack(rows).astype(np.float32)
         result.wall_s = time.perf_counter() - started
         return result

@@ -17,7 +17,7 @@ from ringgpt.host.compiler.dims import preflight
 from ringgpt.host.runtime.appliance import Appliance, ApplianceResult
 from ringgpt.host.runtime.images import cached_image
 from ringgpt.host.tokenizer import load_tokenizer
-from ringgpt.hw.config import get_config
+from ringgpt.hw.config import get_config, timing_variants
 from ringgpt.sim.functional import SimulatorDevice
 
 
@@ -126,7 +126,8 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
     started = time.perf_counter()
     image, cached = cached_image(net, arch, context)
     compile_s = time.perf_counter() - started
-    appliance = Appliance(SimulatorDevice(arch), image)
+    others = {label: cfg for label, cfg in timing_variants(arch, with_conservative=False).items() if cfg != arch}
+    appliance = Appliance(SimulatorDevice(arch, timing=others), image)
     result = appliance.generate(prompt_ids, sampling, on_token)
     reference = check_against_reference(net, result, sampling) if check_reference else None
     return GenerationReport(prompt=prompt, text=tokenizer.decode(result.generated_ids), result=result, model=model,

@@ -114,13 +114,14 @@ class WriteArbiter(wiring.Component):
                           "out": wiring.Out(WritePort(words))})
 
     def elaborate(self, platform):
+        # Muxes, not an If: Icarus never evaluates an `always @*` whose inputs keep their initial values
+        # (a client that is a register never written yet), leaving its outputs X
         m = Module()
-        with m.If(self.first.en):
-            m.d.comb += [self.out.addr.eq(self.first.addr), self.out.data.eq(self.first.data),
-                         self.out.mask.eq(self.first.mask), self.out.en.eq(1)]
-        with m.Else():
-            m.d.comb += [self.out.addr.eq(self.second.addr), self.out.data.eq(self.second.data),
-                         self.out.mask.eq(self.second.mask), self.out.en.eq(self.second.en)]
+        first, second = self.first, self.second
+        m.d.comb += [self.out.addr.eq(Mux(first.en, first.addr, second.addr)),
+                     self.out.data.eq(Mux(first.en, first.data.as_value(), second.data.as_value())),
+                     self.out.mask.eq(Mux(first.en, first.mask, second.mask)),
+                     self.out.en.eq(first.en | second.en)]
         return m
 
 

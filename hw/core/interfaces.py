@@ -46,6 +46,9 @@ class ErrorCode(enum.Enum, shape=3):
     """A dimension the opcode uses (rows, n, k) resolves to zero."""
     OUT_OF_RANGE = 5
     """An operand block runs past the end of its buffer (or past 2**32)."""
+    OFF_CHIP = 6
+    """A legal HBM or HOST operand of a DMA opcode: this build's DMA unit moves on-chip blocks only
+    (checked right after BAD_SPACE)."""
 
 
 class Completion(wiring.Signature):
@@ -191,17 +194,16 @@ def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
     return {"wrong_unit": ~mine, "reserved": reserved, "bad_space": bad_space}
 
 
-def error_code(m: Module, checks: dict, *, zero_dim, out_of_range, name: str = "err") -> Signal:
-    """The ErrorCode of the first failing check, in the order of the enum."""
+def error_code(m: Module, checks: dict, *, zero_dim, out_of_range, off_chip=None, name: str = "err") -> Signal:
+    """The ErrorCode of the first failing check, in the order WRONG_UNIT, RESERVED, BAD_SPACE,
+    OFF_CHIP (only when `off_chip` is given), ZERO_DIM, OUT_OF_RANGE."""
     code = Signal(ErrorCode, name=name)
-    with m.If(checks["wrong_unit"]):
-        m.d.comb += code.eq(ErrorCode.WRONG_UNIT)
-    with m.Elif(checks["reserved"]):
-        m.d.comb += code.eq(ErrorCode.RESERVED)
-    with m.Elif(checks["bad_space"]):
-        m.d.comb += code.eq(ErrorCode.BAD_SPACE)
-    with m.Elif(zero_dim):
-        m.d.comb += code.eq(ErrorCode.ZERO_DIM)
-    with m.Elif(out_of_range):
-        m.d.comb += code.eq(ErrorCode.OUT_OF_RANGE)
+    order = [(checks["wrong_unit"], ErrorCode.WRONG_UNIT), (checks["reserved"], ErrorCode.RESERVED),
+             (checks["bad_space"], ErrorCode.BAD_SPACE)]
+    if off_chip is not None:
+        order.append((off_chip, ErrorCode.OFF_CHIP))
+    order += [(zero_dim, ErrorCode.ZERO_DIM), (out_of_range, ErrorCode.OUT_OF_RANGE)]
+    for index, (failed, value) in enumerate(order):
+        with (m.If if index == 0 else m.Elif)(failed):
+            m.d.comb += code.eq(value)
     return code

@@ -3,7 +3,10 @@
 `DatapathTB` owns the clock, reset, the load and dump ports and the issue stream: `sync` writes the
 words of ABUF and WBUF that differ from what the design holds, `execute` issues one instruction word
 with a register file and waits for `done` (failing after a bound: a unit must never hang), `dump`
-reads both buffers back whole. `golden` runs the same instruction on the functional simulator from the
+reads both buffers back whole. The issue stream is driven by `bench.StreamSource` with random gaps:
+valid is raised with probability `issue_probability` per cycle (the testbench argument
+`issue_valid_probability`, default 1.0: full rate), and while valid is low the payload carries random
+garbage, which the unit must ignore. `golden` runs the same instruction on the functional simulator from the
 same state; `check_instruction` does all of it and compares every word of both buffers.
 
 Every value is driven at a falling edge and sampled at the next falling edge.
@@ -16,13 +19,14 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.triggers import FallingEdge
+from cocotb.triggers import FallingEdge, ReadOnly
 
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.core.interfaces import ErrorCode, IssueLayout
 from ringgpt.hw.isa import NUM_REGS, Instruction, Space
+from ringgpt.hw.resolved import Decoded
 from ringgpt.sim.cycle_model import instruction_cost
-from ringgpt.sim.functional.machine import Card, Decoded
+from ringgpt.sim.functional.machine import Card
 
 from . import bench
 
@@ -58,6 +62,11 @@ class DatapathTB:
         dut.dump.value = 0
         dut.issue__valid.value = 0
         self.records = []
+        args = bench.args()
+        self.issue_probability = float(args.get("issue_valid_probability", 1.0))
+        self.rng = random.Random(args.get("seed", 0))
+        self.issue_gaps = 0
+        """Cycles the issue stream held valid low in front of an instruction, summed."""
 
     async def start(self):
         await bench.start(self.dut)
@@ -105,11 +114,18 @@ class DatapathTB:
         """Issues `word` with `regs`; returns (error code, the unit's busy cycles, cycles seen here)."""
         dut = self.dut
         assert dut.issue__ready.value, "the unit is not ready for an instruction"
-        dut.issue__payload.value = bench.pack(IssueLayout, {"inst": word, "regs": [int(r) for r in regs]})
-        dut.issue__valid.value = 1
-        falling = FallingEdge(dut.clk)
-        await falling
-        dut.issue__valid.value = 0
+        payload = bench.pack(IssueLayout, {"inst": word, "regs": [int(r) for r in regs]})
+        source = bench.StreamSource(dut, "issue", [payload], valid_probability=self.issue_probability, rng=self.rng)
+        falling, settled = FallingEdge(dut.clk), ReadOnly()
+        while not source.done:
+            if not source.presenting:       # valid low: garbage the unit must not take
+                dut.issue__payload.value = self.rng.getrandbits(IssueLayout.size)
+            source.drive()
+            await settled
+            source.sample()
+            await falling
+            self.issue_gaps += not source.done
+        source.drive()                      # valid low again
         for cycle in range(1, bound + 1):
             if dut.status__done.value:
                 return ErrorCode(int(dut.status__error.value)), int(dut.status__cycles.value), cycle
@@ -147,7 +163,8 @@ class DatapathTB:
             with open(path, "a") as out:
                 for record in self.records:
                     out.write(json.dumps(record) + "\n")
-        cocotb.log.info("%d instructions bit-exact", len(self.records))
+        cocotb.log.info("%d instructions bit-exact (issue valid probability %.2f, %d gap cycles)",
+                        len(self.records), self.issue_probability, self.issue_gaps)
 
 
 # --- operand data ----------------------------------------------------------------------------

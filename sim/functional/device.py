@@ -12,9 +12,10 @@ from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats, Wat
 from ringgpt.host.image import ApplianceImage, ImageError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import REG_MASK, IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
+from ringgpt.hw.resolved import Decoded
 from ringgpt.sim.cycle_model import CycleReport, schedule
 from ringgpt.sim.functional.errors import HostAccessError, IllegalInstructionFault, NotLoadedError
-from ringgpt.sim.functional.machine import Card, Decoded, run_ring
+from ringgpt.sim.functional.machine import Card, run_ring
 
 DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
@@ -60,10 +61,18 @@ class SimulatorDevice(Device):
     """A ring of `config.cards` simulated cards: bit-exact results (numerics.py) and, for every run,
     the cycle model's schedule (`last_report`). Memory persists across runs; registers do not."""
 
-    def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS, compute: bool = True):
+    def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS, compute: bool = True,
+                 timing: Mapping[str, ArchConfig] | None = None):
         """compute=False runs timing only: registers, control flow, address checks, the ring's
         matching and the cycle model, without moving or computing data (for models whose
-        arithmetic is too slow to simulate; results read back are zeros)."""
+        arithmetic is too slow to simulate; results read back are zeros). `timing` names other timing
+        assumptions ({label: config}, e.g. `config.at_clock(200)`; same cards and core, other clock, rates or
+        latencies): every run is also scheduled under each (RunStats.variants, `last_variant_reports`)."""
+        for label, other in (timing or {}).items():
+            if other.cards != config.cards:
+                raise ValueError(f"timing variant {label!r} has {other.cards} cards, the device {config.cards}")
+        self.timing = dict(timing or {})
+        self.last_variant_reports: dict = {}
         self.config = config
         self.compute = compute
         self.max_steps = max_steps
@@ -167,15 +176,20 @@ class SimulatorDevice(Device):
         finally:
             for card in self.cards:
                 card.watch = None
-        report = schedule([card.trace for card in self.cards], self.config)
+        traces = [card.trace for card in self.cards]
+        report = schedule(traces, self.config)
         self.last_report = report
+        self.last_variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
         self._runs += 1
         self._last_error = None
         cfg = self.config
         return RunStats(cycles=report.cycles,
                         seconds=report.cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
                         hbm_bytes=report.hbm_bytes, breakdown=dict(report.slowest.classes),
-                        wall_seconds=time.perf_counter() - started)
+                        wall_seconds=time.perf_counter() - started,
+                        variants={label: rep.cycles / (self.timing[label].clock_mhz * 1e6)
+                                  + self.timing[label].launch_overhead_us * 1e-6
+                                  for label, rep in self.last_variant_reports.items()})
 
     def status(self) -> DeviceStatus:
         return DeviceStatus("functional simulator", self.config.name, self.config.cards, bool(self.cards),

@@ -15,76 +15,14 @@ import numpy as np
 
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import (HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_MASK, Instruction, Opcode, Space,
-                            Unit, control_result)
-from ringgpt.sim.cycle_model import Resolved, access_ranges
+from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, control_result
+from ringgpt.hw.resolved import Resolved, access_ranges
 from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
 _UNARY = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}
-
-
-class Decoded:
-    """An instruction pre-decoded at load into plain tuples, resolved against the registers when
-    executed (the last resolution is kept and reused while the registers it reads are unchanged)."""
-    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl", "regs_read", "_last")
-
-    def __init__(self, inst: Instruction):
-        self.inst = inst
-        self.op = inst.opcode
-        self.operands = tuple((o.space, o.reg, o.offset) for o in (inst.dst, inst.src1, inst.src2, inst.aux))
-        self.dims = tuple((d.reg, d.imm) for d in (inst.rows, inst.n, inst.k, inst.pos))
-        self.strides = (inst.dst_stride, inst.src1_stride, inst.src2_stride, inst.aux_stride)
-        self.flags = inst.flags
-        self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
-        self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg}
-                                      | {reg for reg, _ in self.dims if reg}))
-        self._last = (None, None)
-
-    def resolve(self, regs: list, card: int) -> Resolved:
-        key = tuple(regs[reg] for reg in self.regs_read)
-        last_key, resolved = self._last
-        if key == last_key:
-            return resolved
-        operands = [(space, (offset + regs[reg]) & REG_MASK) if reg else (space, offset)
-                    for space, reg, offset in self.operands]
-        rows, n, k, pos = [(imm + regs[reg]) & REG_MASK if reg else imm for reg, imm in self.dims]
-        resolved = Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
-        self._last = (key, resolved)
-        return resolved
-
-
-def resolve_run(program: list, card: int, pos: int, rows: int) -> list:
-    """Each instruction of a card's program (Instruction list) resolved for the run at (pos, rows), as the card
-    executes it: control instructions applied in order (programs have no branches) and None in their place.
-    ALLGATHER slices are left empty: `with_gather_slices` fills them from all cards."""
-    regs = [0] * NUM_REGS
-    regs[HOST_POS_REG], regs[HOST_ROWS_REG] = pos, rows
-    resolved = []
-    for inst in program:
-        if OPCODES[inst.opcode].unit is Unit.CONTROL:
-            if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
-                regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
-            resolved.append(None)
-        else:
-            resolved.append(Decoded(inst).resolve(regs, card))
-    return resolved
-
-
-def with_gather_slices(runs: list) -> list:
-    """Every card's resolve_run output with each ALLGATHER's slices filled ((n, k) of every card, in card order):
-    the i-th ALLGATHERs of all cards meet. Raises ValueError when the cards' ALLGATHER counts differ."""
-    gathers = [[pc for pc, r in enumerate(run) if r is not None and r.op is Opcode.ALLGATHER] for run in runs]
-    if len({len(g) for g in gathers}) > 1:
-        raise ValueError(f"the cards' programs have different ALLGATHER counts {[len(g) for g in gathers]}")
-    runs = [list(run) for run in runs]
-    for meeting in zip(*gathers):
-        slices = tuple((runs[c][pc].n, runs[c][pc].k) for c, pc in enumerate(meeting))
-        for c, pc in enumerate(meeting):
-            runs[c][pc] = runs[c][pc]._replace(slices=slices)
-    return runs
 
 
 class State(enum.Enum):

@@ -165,6 +165,7 @@ async def full_rate(dut):
     """Enough (row, column group) pairs for the accumulator loop: one beat per cycle, the busy
     cycles exactly overhead + beats + latency (+ the row max for MASKED_QK)."""
     tb = DatapathTB(dut)
+    tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
     unit = tb.top.unit
     cfg = tb.cfg

@@ -202,6 +202,7 @@ async def full_rate(dut):
     """One chunk of vector_width elements per cycle: busy cycles = overhead + rows * chunks + latency
     (VSUM/VDOT with rows >= loop_latency; a single row's sum takes loop_latency cycles per chunk)."""
     tb = DatapathTB(dut)
+    tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
     unit, cfg = tb.top.unit, tb.cfg
     V = cfg.vector_width

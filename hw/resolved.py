@@ -1,0 +1,191 @@
+"""One definition of a resolved instruction and of its read/write footprint, shared by the functional
+simulator (sim/functional), the cycle model (sim/cycle_model.py), the plan check (host/compiler/verify.py,
+host/check.py) and the RTL (the scoreboard follows `access_ranges`; the units' issue payload carries the
+fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
+
+* `Resolved`: one executed instruction with every register-relative field resolved.
+* `Decoded`: an instruction pre-decoded once, resolved against the registers when executed.
+* `resolve_run` / `with_gather_slices`: a whole card program resolved for one run, as the cards execute it.
+* `Block`, `access_blocks`, `access_ranges`: the exact words an instruction reads and writes, and their
+  bounding ranges (the scoreboard's rule).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ringgpt.hw.isa import (HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_MASK, Flags, Instruction, Opcode,
+                            Space, Unit, control_result)
+
+NO_OPERAND = (Space.NONE, 0)
+ADDRESS_LIMIT = 1 << 32
+"""End of every 32-bit word address space (a GATHER may read anywhere above its table base)."""
+
+
+class Resolved(NamedTuple):
+    """One executed instruction with its fields resolved: operands are (space, word address), or
+    (Space.IMM, FP16 bits) for a constant; dimensions are plain integers."""
+    op: Opcode
+    card: int = 0
+    rows: int = 0
+    n: int = 0
+    k: int = 0
+    pos: int = 0
+    dst: tuple = NO_OPERAND
+    src1: tuple = NO_OPERAND
+    src2: tuple = NO_OPERAND
+    aux: tuple = NO_OPERAND
+    dst_stride: int = 0
+    src1_stride: int = 0
+    src2_stride: int = 0
+    aux_stride: int = 0
+    flags: Flags = Flags()
+    slices: tuple = ()
+    """ALLGATHER only: (n_c, k_c) of every card c, in card order."""
+
+
+class Block(NamedTuple):
+    """The words an operand touches: `rows` rows of `cols` consecutive words, row i at base + i * stride.
+    A GATHER's table is `unbounded`: its rows depend on the indices (data), so only its base is known."""
+    operand: str
+    space: Space
+    base: int
+    rows: int
+    cols: int
+    stride: int
+    unbounded: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return self.rows <= 0 or self.cols <= 0
+
+    def holds(self, space: Space, address: int) -> bool:
+        """Whether the block touches word `address` of `space`."""
+        if space is not self.space or self.empty or address < self.base:
+            return False
+        if self.stride < self.cols:  # rows overlap or touch: one contiguous range
+            return address < self.base + (self.rows - 1) * self.stride + self.cols
+        row, col = divmod(address - self.base, self.stride)
+        return row < self.rows and col < self.cols
+
+    def bounds(self):
+        """(space, lo, hi): the bounding word range, or None when empty."""
+        if self.empty:
+            return None
+        hi = ADDRESS_LIMIT if self.unbounded else self.base + (self.rows - 1) * self.stride + self.cols
+        return self.space, self.base, hi
+
+
+def _block(r: Resolved, name: str, rows: int, cols: int, stride: int | None = None, start: int = 0):
+    space, base = getattr(r, name)
+    stride = getattr(r, f"{name}_stride") if stride is None else stride
+    return Block(name, space, base + start, rows, cols, stride)
+
+
+def _memory(blocks: list) -> tuple:
+    return tuple(b for b in blocks if b.space not in (Space.NONE, Space.IMM))
+
+
+def access_blocks(r: Resolved) -> tuple[tuple, tuple]:
+    """(reads, writes): the exact Blocks an instruction reads and writes, memory operands only (no IMM),
+    in operand order (src1, src2, aux; dst, aux), empty blocks included, so that the list's shape
+    depends on the instruction word alone."""
+    op = r.op
+    unit = OPCODES[op].unit
+    if unit is Unit.CONTROL:
+        return (), ()
+    if op in (Opcode.LOAD, Opcode.STORE):
+        dst = _block(r, "dst", r.n, r.rows) if r.flags.transpose else _block(r, "dst", r.rows, r.n)
+        reads, writes = [_block(r, "src1", r.rows, r.n)], [dst]
+    elif op is Opcode.GATHER:
+        table = _block(r, "src1", 1, r.n)._replace(rows=int(r.rows > 0), unbounded=True)
+        reads, writes = [table, _block(r, "src2", 1, r.rows, 0)], [_block(r, "dst", r.rows, r.n)]
+    elif unit is Unit.MATRIX:
+        reads = [_block(r, "src1", r.rows, r.k), _block(r, "src2", r.n, r.k)]
+        writes = [_block(r, "dst", r.rows, r.n)]
+        if op is Opcode.MATMUL:
+            reads.append(_block(r, "aux", 1, r.n, 0))
+        else:
+            writes.append(_block(r, "aux", r.rows, 1))
+    elif unit is Unit.VECTOR:
+        reads = [_block(r, "src1", r.rows, r.n),
+                 _block(r, "src2", r.rows, 1 if r.flags.src2_row_scalar else r.n),
+                 _block(r, "aux", r.rows, 1 if r.flags.aux_row_scalar else r.n)]
+        reduces = op in (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
+        writes = [_block(r, "dst", r.rows, 1 if reduces else r.n)]
+    elif op is Opcode.ALLGATHER:
+        first = min(k for _, k in r.slices)
+        end = max(k + n for n, k in r.slices)
+        reads = [_block(r, "src1", r.rows, r.n)]
+        writes = [_block(r, "dst", r.rows, end - first, start=first)]
+    elif op is Opcode.SEND:
+        reads, writes = [_block(r, "src1", r.rows, r.n)], []
+    else:  # RECV
+        reads, writes = [], [_block(r, "dst", r.rows, r.n)]
+    return _memory(reads), _memory(writes)
+
+
+def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
+    """(reads, writes): the bounding word ranges (space, lo, hi) the scoreboard tracks."""
+    reads, writes = access_blocks(r)
+    return (tuple(b.bounds() for b in reads if not b.empty), tuple(b.bounds() for b in writes if not b.empty))
+
+
+class Decoded:
+    """An instruction pre-decoded at load into plain tuples, resolved against the registers when
+    executed (the last resolution is kept and reused while the registers it reads are unchanged)."""
+    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl", "regs_read", "_last")
+
+    def __init__(self, inst: Instruction):
+        self.inst = inst
+        self.op = inst.opcode
+        self.operands = tuple((o.space, o.reg, o.offset) for o in (inst.dst, inst.src1, inst.src2, inst.aux))
+        self.dims = tuple((d.reg, d.imm) for d in (inst.rows, inst.n, inst.k, inst.pos))
+        self.strides = (inst.dst_stride, inst.src1_stride, inst.src2_stride, inst.aux_stride)
+        self.flags = inst.flags
+        self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
+        self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg}
+                                      | {reg for reg, _ in self.dims if reg}))
+        self._last = (None, None)
+
+    def resolve(self, regs: list, card: int) -> Resolved:
+        key = tuple(regs[reg] for reg in self.regs_read)
+        last_key, resolved = self._last
+        if key == last_key:
+            return resolved
+        operands = [(space, (offset + regs[reg]) & REG_MASK) if reg else (space, offset)
+                    for space, reg, offset in self.operands]
+        rows, n, k, pos = [(imm + regs[reg]) & REG_MASK if reg else imm for reg, imm in self.dims]
+        resolved = Resolved(self.op, card, rows, n, k, pos, *operands, *self.strides, self.flags)
+        self._last = (key, resolved)
+        return resolved
+
+
+def resolve_run(program: list, card: int, pos: int, rows: int) -> list:
+    """Each instruction of a card's program (Instruction list) resolved for the run at (pos, rows), as the card
+    executes it: control instructions applied in order (programs have no branches) and None in their place.
+    ALLGATHER slices are left empty: `with_gather_slices` fills them from all cards."""
+    regs = [0] * NUM_REGS
+    regs[HOST_POS_REG], regs[HOST_ROWS_REG] = pos, rows
+    resolved = []
+    for inst in program:
+        if OPCODES[inst.opcode].unit is Unit.CONTROL:
+            if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
+                regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
+            resolved.append(None)
+        else:
+            resolved.append(Decoded(inst).resolve(regs, card))
+    return resolved
+
+
+def with_gather_slices(runs: list) -> list:
+    """Every card's resolve_run output with each ALLGATHER's slices filled ((n, k) of every card, in card order):
+    the i-th ALLGATHERs of all cards meet. Raises ValueError when the cards' ALLGATHER counts differ."""
+    gathers = [[pc for pc, r in enumerate(run) if r is not None and r.op is Opcode.ALLGATHER] for run in runs]
+    if len({len(g) for g in gathers}) > 1:
+        raise ValueError(f"the cards' programs have different ALLGATHER counts {[len(g) for g in gathers]}")
+    runs = [list(run) for run in runs]
+    for meeting in zip(*gathers):
+        slices = tuple((runs[c][pc].n, runs[c][pc].k) for c, pc in enumerate(meeting))
+        for c, pc in enumerate(meeting):
+            runs[c][pc] = runs[c][pc]._replace(slices=slices)
+    return runs
