@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""Resource estimates of the arithmetic units for Xilinx UltraScale+ (the U280's family).
+"""Resource estimates of the arithmetic units and the core's units for Xilinx UltraScale+ (the U280's family).
 
 Each unit is converted to RTLIL by Amaranth and synthesised out of context by Yosys
 (`synth_xilinx -family xcup -flatten -noiopad -noclkbuf`, the YoWASP build, since Amaranth's
 builtin Yosys has no Xilinx flow). Prints a table and writes JSON (default out/resource_estimates.json).
 Widths come from the `u280` architecture preset. Run: python scripts/resource_estimates.py [--only NAME ...]
+
+`--core` estimates the core's units at the u280 preset against the U280's limits (writes
+out/core_estimates.json): the on-chip DMA is synthesised whole; the matrix and vector units are composed
+from their parts (a whole u280 unit is hours of Yosys: one 64-wide MAC tree alone takes about five
+minutes), each part synthesised at its u280 width and counted as many times as the unit instantiates it,
+plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
+counted, not synthesised: every port is its own memory port, so every read port is a full copy of the
+buffer's memories (one 16-bit column per bank), mapped to URAM288 (4K x 72) or RAMB36 (2K x 18).
 """
 from __future__ import annotations
 
@@ -95,11 +103,155 @@ def synthesise(component, workdir: Path) -> dict[str, int]:
     return json.loads(stat.read_text())["design"]["num_cells_by_type"]
 
 
+U280_LIMITS = {"LUT": 1_304_000, "FF": 2_607_000, "DSP": 9_024, "BRAM36": 2_016, "URAM": 960}
+"""The Alveo U280's (XCU280) resources."""
+URAM_WORDS, BRAM36_WORDS = 4096, 2048
+"""Depth of one URAM288 (4K x 72) and one RAMB36 (2K x 18) holding one 16-bit memory column."""
+
+
+def _figures(cells: dict) -> dict:
+    f = summarise(cells)
+    return {"LUT": f["LUT"], "FF": f["FF"], "DSP": f["DSP48E2"], "BRAM36": f["BRAM36_equiv"]}
+
+
+def _add(total: dict, part: dict, times: int = 1) -> dict:
+    return {key: total.get(key, 0) + times * part.get(key, 0) for key in ("LUT", "FF", "DSP", "BRAM36", "URAM")}
+
+
+def unit_parts(cfg) -> dict:
+    """The arithmetic parts of the matrix and vector units of `cfg`: unit -> [(part name, constructor, count)]
+    (hw/core/matrix.py and vector.py instantiate exactly these)."""
+    from ringgpt.hw.core.matrix import MatrixUnit
+    from ringgpt.hw.core.vector import VectorUnit
+    L, W, V = cfg.mpu_lanes, cfg.mac_width, cfg.vector_width
+    ctx = 2 * FP32AddCore.latency - 1
+    matrix = [(f"MacTree({W})", lambda: MacTree(W), L), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), L),
+              ("FP16Multiplier", FP16Multiplier, L), ("FP32Adder", FP32Adder, L), ("ToFP16", ToFP16, L),
+              ("SpecialFunction(gelu)", lambda: SpecialFunction("gelu"), L)]
+    if L >= 2:
+        matrix.append((f"MaxTree({L})", lambda: MaxTree(L), 1))
+    vector = [("FP16Multiplier", FP16Multiplier, 2 * V), ("FP32Adder", FP32Adder, V), ("ToFP16", ToFP16, V + 1),
+              *[(f"SpecialFunction({fn})", lambda fn=fn: SpecialFunction(fn), V) for fn in ("exp", "recip", "rsqrt", "gelu")],
+              (f"MacTree({V})", lambda: MacTree(V), 1), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), 1),
+              (f"MaxTree({V})", lambda: MaxTree(V), 1)]
+    return {"matrix": (MatrixUnit, matrix), "vector": (VectorUnit, vector)}
+
+
+def buffer_estimate(cfg) -> dict:
+    """Memories of ABUF and WBUF with the read and write ports of the matrix unit, the vector unit and
+    the on-chip DMA (hw/core/buffers.py: every port its own memory port)."""
+    from ringgpt.hw.core.buffers import WBUF_BANKS, buffer_banks
+    from ringgpt.hw.core.dma import OnChipDMA
+    from ringgpt.hw.core.interfaces import ReadPort
+    from ringgpt.hw.core.matrix import MatrixUnit
+    from ringgpt.hw.core.vector import VectorUnit
+    from ringgpt.hw.isa import Space
+    ports = {}
+    for name, cls in (("matrix", MatrixUnit), ("vector", VectorUnit), ("dma", OnChipDMA)):
+        unit = cls(cfg)
+        unit._MustUse__silence = True
+        ports.update({f"{name}.{port}": spec for port, spec in unit.buffer_ports.items()})
+    out = {}
+    for space, words, segments in ((Space.ABUF, cfg.abuf_words, 1), (Space.WBUF, cfg.wbuf_words, WBUF_BANKS)):
+        mine = {name: sig for name, (sp, sig) in ports.items() if sp == space}
+        banks = buffer_banks(cfg, space, ports)
+        depth = words // (banks * segments)
+        reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
+        writes = sorted(name for name, sig in mine.items() if not isinstance(sig, ReadPort))
+        memories = banks * segments
+        per_copy = {"URAM": memories * -(-depth // URAM_WORDS), "BRAM36": memories * -(-depth // BRAM36_WORDS),
+                    # four 16-bit bank columns side by side in one 72-bit URAM row (needs equal row addresses:
+                    # aligned accesses only, which the interleaved ports do not promise)
+                    "URAM_packed": -(-memories // 4) * -(-depth // URAM_WORDS)}
+        out[space.name] = {"words": words, "banks": banks, "segments": segments, "depth": depth,
+                           "memories_per_copy": memories, "read_ports": reads, "write_ports": writes,
+                           "copies": len(reads), "URAM_per_copy": per_copy["URAM"], "BRAM36_per_copy": per_copy["BRAM36"],
+                           "URAM": len(reads) * per_copy["URAM"], "BRAM36_if_no_URAM": len(reads) * per_copy["BRAM36"],
+                           "URAM_packed_per_copy": per_copy["URAM_packed"]}
+    return out
+
+
+def core_estimates(json_path: Path, reuse: bool = False) -> int:
+    """The --core report (see the module docstring)."""
+    import dataclasses
+
+    from ringgpt.hw.config import get_config
+    from ringgpt.hw.core.dma import OnChipDMA
+    u280, small = get_config("u280"), get_config("sim-small")
+    small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
+    cache: dict = {}
+    if reuse and json_path.exists():
+        cache.update(json.loads(json_path.read_text()).get("parts", {}))
+    log = {}
+
+    def synth(name: str, build) -> dict:
+        if name not in cache:
+            started = time.monotonic()
+            component = build()
+            with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
+                cache[name] = _figures(synthesise(component, Path(tmp)))
+            log[name] = round(time.monotonic() - started, 1)
+            print(f"  synthesised {name}: {cache[name]} in {log[name]} s", flush=True)
+        return cache[name]
+
+    rows = {}
+    for unit, (cls, parts) in unit_parts(u280).items():
+        small_cls, small_parts = unit_parts(small)[unit]
+        composed_small = {}
+        for name, build, count in small_parts:
+            composed_small = _add(composed_small, synth(name, build), count)
+        whole_small = synth(f"{cls.__name__}(sim-small)", lambda: cls(small))
+        glue = {key: max(0, whole_small.get(key, 0) - composed_small.get(key, 0)) for key in whole_small}
+        total = dict(glue)
+        for name, build, count in parts:
+            total = _add(total, synth(name, build), count)
+        rows[f"{cls.__name__} (composed)"] = total
+        rows[f"  {cls.__name__}: control and glue (sim-small)"] = glue
+    try:
+        rows["OnChipDMA"] = _add({}, synth("OnChipDMA(u280)", lambda: OnChipDMA(u280)))
+    except RuntimeError as exc:
+        # YoWASP Yosys stops with an internal assertion (count_id(wire->name) == 0 in ABC's reintegration) on
+        # the DMA at every width tried (8 to 64): count its dominant registers instead. The transpose tile is
+        # P x P words of 16 flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the write
+        # register P words + address + mask; the step pipeline and counters about 300 more.
+        P = u280.vector_width
+        print(f"  OnChipDMA(u280) not synthesised ({exc}): counted", flush=True)
+        tile = 16 * P * P
+        rows["OnChipDMA (counted, not synthesised)"] = {"LUT": tile + 16 * P, "FF": tile + 16 * P + 32 + P + 300,
+                                                       "DSP": 3, "BRAM36": 0, "URAM": 0}
+    buffers = buffer_estimate(u280)
+    for name, b in buffers.items():
+        rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
+    total = {}
+    for name, row in rows.items():
+        if not name.startswith(" "):
+            total = _add(total, row)
+    rows["total"] = total
+    print(f"{'u280':40}" + "".join(f"{k:>12}" for k in U280_LIMITS))
+    for name, row in list(rows.items()) + [("U280", U280_LIMITS)]:
+        print(f"{name:40}" + "".join(f"{round(row.get(k, 0)):>12,}" for k in U280_LIMITS))
+    print("percent of U280" + " " * 25 + "".join(f"{100 * total.get(k, 0) / U280_LIMITS[k]:>11.0f}%" for k in U280_LIMITS))
+    for name, b in buffers.items():
+        print(f"{name}: {b['words']} words, {b['segments']} x {b['banks']} memories of {b['depth']} x 16 bits per copy "
+              f"({b['URAM_per_copy']} URAM or {b['BRAM36_per_copy']} RAMB36), {b['copies']} read ports = copies, "
+              f"{len(b['write_ports'])} write ports")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": "u280", "limits": U280_LIMITS, "rows": rows,
+                                     "buffers": buffers, "parts": cache, "synthesis_seconds": log}, indent=2) + "\n")
+    print(f"wrote {json_path}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="report names to synthesise (default: all)")
-    parser.add_argument("--json", type=Path, default=ROOT / "out" / "resource_estimates.json")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--core", action="store_true", help="the core's units at u280 against the U280 (see above)")
+    parser.add_argument("--reuse", action="store_true", help="with --core: reuse the part figures of an earlier JSON")
     args = parser.parse_args(argv)
+    if args.core:
+        return core_estimates(args.json or ROOT / "out" / "core_estimates.json", reuse=args.reuse)
+    args.json = args.json or ROOT / "out" / "resource_estimates.json"
     selected = {name: build for name, build in units().items() if not args.only or name in args.only}
     report = {"flow": f"Yosys {SYNTH}", "preset": "u280", "units": {}}
     columns = ("LUT", "LUT_memory", "FF", "CARRY", "DSP48E2", "RAMB36E2", "RAMB18E2")

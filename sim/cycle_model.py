@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
-from ringgpt.hw.resolved import (ADDRESS_LIMIT, NO_OPERAND, Block, Resolved,  # noqa: F401 (re-exported)
-                                  access_blocks, access_ranges)
+from ringgpt.hw.resolved import Resolved, access_ranges
+
 
 class Cost(NamedTuple):
     unit: Unit
