@@ -10,7 +10,7 @@ Reads return data READ_LATENCY = 1 cycle after the address; writes past the buff
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 

@@ -22,7 +22,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, OPERANDS, Space, Unit
 
 from .interfaces import (READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         check_instruction, error_code, pipe, resolve)
+                         accept_states, check_instruction, done_state, error_code, pipe, resolve)
 
 
 def _log2(value: int) -> int:
@@ -140,13 +140,7 @@ class OnChipDMA(wiring.Component):
         drain = running & transpose & (phase == DRAIN)
 
         with m.FSM():
-            with m.State("START"):      # one cycle out of reset: Icarus evaluates the FSM's outputs
-                m.next = "IDLE"
-            with m.State("IDLE"):
-                m.d.comb += self.issue.ready.eq(1)
-                with m.If(self.issue.valid):
-                    m.d.sync += [held.eq(self.issue.payload), cycles.eq(1)]
-                    m.next = "CHECK"
+            accept_states(m, self, held, cycles)
             with m.State("CHECK"):
                 n_chunks = (n + P - 1) >> lp
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks),
@@ -184,10 +178,7 @@ class OnChipDMA(wiring.Component):
                             m.d.sync += t.eq(t + 1)
                 with m.If(issued_all & (written == expected)):
                     m.next = "DONE"
-            with m.State("DONE"):
-                m.d.comb += self.status.done.eq(1)
-                m.d.sync += [running.eq(0), issued_all.eq(0)]
-                m.next = "IDLE"
+            done_state(m, self, running, issued_all)
 
         # --- read (cycle c), data (c + 1) --------------------------------------------------------
         col = t << lp

@@ -116,6 +116,27 @@ def issue_signature():
 
 # --- operand resolution ----------------------------------------------------------------------
 
+def accept_states(m: Module, unit, held, cycles) -> None:
+    """The states every unit's FSM begins with (call first inside `with m.FSM()`): START, one cycle out of
+    reset (Icarus evaluates an FSM's outputs only once its state register has changed), and IDLE, which
+    accepts an instruction from `unit.issue` into `held`, starts the busy-cycle count and goes to CHECK."""
+    with m.State("START"):
+        m.next = "IDLE"
+    with m.State("IDLE"):
+        m.d.comb += unit.issue.ready.eq(1)
+        with m.If(unit.issue.valid):
+            m.d.sync += [held.eq(unit.issue.payload), cycles.eq(1)]
+            m.next = "CHECK"
+
+
+def done_state(m: Module, unit, *clear) -> None:
+    """DONE: `unit.status.done` for one cycle, the signals `clear` to 0, back to IDLE."""
+    with m.State("DONE"):
+        m.d.comb += unit.status.done.eq(1)
+        m.d.sync += [signal.eq(0) for signal in clear]
+        m.next = "IDLE"
+
+
 def resolve(m: Module, issue, *, name: str = "r") -> dict:
     """The register-relative fields of `issue` (an IssueLayout view) resolved, as combinational
     signals: {operand: (space view, address)}, {dim: value}, {stride: value} (R0 reads 0)."""

@@ -17,13 +17,13 @@ one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zer
 """
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.accumulator import TileAccumulator
-from ringgpt.hw.arith.common import FP16, FP32, delay, register
+from ringgpt.hw.arith.common import FP16, delay
 from ringgpt.hw.arith.fp16_mul import FP16MulCore
 from ringgpt.hw.arith.fp32_add import FP32AddCore
 from ringgpt.hw.arith.mac_tree import MacTreeCore
@@ -34,7 +34,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         check_instruction, error_code, latency_of, pipe, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, resolve)
 
 FP16_ONE = 0x3C00
 FP16_NEG_ZERO = 0x8000
@@ -147,13 +147,7 @@ class MatrixUnit(wiring.Component):
         last_tile = t == tiles - 1
 
         with m.FSM():
-            with m.State("START"):      # one cycle out of reset: Icarus evaluates the FSM's outputs
-                m.next = "IDLE"
-            with m.State("IDLE"):
-                m.d.comb += self.issue.ready.eq(1)
-                with m.If(self.issue.valid):
-                    m.d.sync += [held.eq(self.issue.payload), cycles.eq(1)]
-                    m.next = "CHECK"
+            accept_states(m, self, held, cycles)
             with m.State("CHECK"):
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code),
                              groups.eq((n + L - 1) >> ll), tiles.eq((k + W - 1) >> lw),
@@ -179,10 +173,7 @@ class MatrixUnit(wiring.Component):
                             m.d.sync += [t.eq(t + 1), cur_r.eq(set_r), cur_g.eq(set_g)]
                 with m.If(issued_all & (written == pairs) & (~qk | (maxes == rows))):
                     m.next = "DONE"
-            with m.State("DONE"):
-                m.d.comb += self.status.done.eq(1)
-                m.d.sync += [running.eq(0), issued_all.eq(0)]
-                m.next = "IDLE"
+            done_state(m, self, running, issued_all)
 
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
         tile_base = t << lw

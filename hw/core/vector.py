@@ -23,7 +23,6 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.common import FP16
 from ringgpt.hw.arith.fp16_mul import FP16MulCore
@@ -36,7 +35,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         check_instruction, error_code, latency_of, pipe, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, resolve)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
 SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
@@ -140,13 +139,7 @@ class VectorUnit(wiring.Component):
         last_chunk = t == chunks - 1
 
         with m.FSM():
-            with m.State("START"):      # one cycle out of reset: Icarus evaluates the FSM's outputs
-                m.next = "IDLE"
-            with m.State("IDLE"):
-                m.d.comb += self.issue.ready.eq(1)
-                with m.If(self.issue.valid):
-                    m.d.sync += [held.eq(self.issue.payload), cycles.eq(1)]
-                    m.next = "CHECK"
+            accept_states(m, self, held, cycles)
             with m.State("CHECK"):
                 n_chunks = (n + V - 1) >> lv
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks), remaining.eq(rows),
@@ -170,10 +163,7 @@ class VectorUnit(wiring.Component):
                             m.d.sync += [t.eq(t + 1), cur_r.eq(set_r)]
                 with m.If(issued_all & (written == expected)):
                     m.next = "DONE"
-            with m.State("DONE"):
-                m.d.comb += self.status.done.eq(1)
-                m.d.sync += [running.eq(0), issued_all.eq(0)]
-                m.next = "IDLE"
+            done_state(m, self, running, issued_all)
 
         # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
         col = t << lv
