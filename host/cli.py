@@ -15,7 +15,7 @@ import click
 
 from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_DEVICE_ERROR, EXIT_FAULT,  # noqa: F401
                                       EXIT_INTERRUPTED, EXIT_USER_ERROR, Group, arch_config, check_writable_file,
-                                      debug_option, given, reject_unused)
+                                      config_options, debug_option, given, model_option, reject_unused)
 from ringgpt.host.errors import OutputError
 from ringgpt.host.reference.sampling import SamplingConfig
 
@@ -171,14 +171,10 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
               f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
               f"{EXIT_INTERRUPTED} when interrupted.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
-@click.option("--model", default="bundled", show_default=True,
-              help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
+@model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
               help="sim: the appliance on the functional simulator; reference: PyTorch")
-@click.option("--config", "config_name", default="u280", show_default=True,
-              help="architecture preset, optionally with its card count: u280, u280-x2 (sim backend)")
-@click.option("--cards", type=click.IntRange(1, 4), default=None,
-              help="cards on the ring (sim backend)  [default: 4, or the -xN of --config]")
+@config_options(" (sim backend)")
 @click.option("--check-reference/--no-check-reference", default=True, show_default=True,
               help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim backend)")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
@@ -252,12 +248,8 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
               f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
               f"{EXIT_INTERRUPTED} when interrupted.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
-@click.option("--model", default="bundled", show_default=True,
-              help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..,n_embd=..,n_head=..")
-@click.option("--config", "config_name", default="u280", show_default=True,
-              help="architecture preset, optionally with its card count: u280, u280-x2")
-@click.option("--cards", type=click.IntRange(1, 4), default=None,
-              help="cards on the ring  [default: 4, or the -xN of --config]")
+@model_option
+@config_options()
 @click.option("--steps", "--max-new-tokens", "steps", type=click.IntRange(0, None), default=4, show_default=True,
               help="teacher-forced decode steps after the prompt (the reference's greedy tokens)")
 @click.option("--max-context", type=click.IntRange(1, None), default=None,

@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from ringgpt.host.errors import RingGPTError
+from ringgpt.hw.config import MAX_CARDS
 
 EXIT_OK = 0
 EXIT_FAULT = 1
@@ -29,6 +30,26 @@ EXIT_STATUS_HELP = (f"Exit status: 0 ok; {EXIT_USER_ERROR} bad input; {EXIT_FAUL
                     f"fault; {EXIT_INTERRUPTED} interrupted. Errors are one line; --debug shows the traceback.")
 
 _debug = False
+
+
+MODEL_HELP = ("bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | "
+              "synthetic:n_layer=..,n_embd=..,n_head=..")
+
+
+def model_option(function):
+    """--model: which GPT-2 (every command that loads one)."""
+    return click.option("--model", default="bundled", show_default=True, help=MODEL_HELP)(function)
+
+
+def config_options(where: str = ""):
+    """--config and --cards (1..MAX_CARDS): the architecture preset and the cards on the ring; `where` is
+    appended to their help (e.g. ' (sim backend)')."""
+    def decorate(function):
+        function = click.option("--cards", type=click.IntRange(1, MAX_CARDS), default=None,
+                                help=f"cards on the ring{where}  [default: {MAX_CARDS}, or the -xN of --config]")(function)
+        return click.option("--config", "config_name", default="u280", show_default=True,
+                            help=f"architecture preset, optionally with its card count: u280, u280-x2{where}")(function)
+    return decorate
 
 
 def _one_line(text: object) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ringgpt.host.cli_support import Command, arch_config, debug_option
+from ringgpt.host.cli_support import Command, arch_config, config_options, debug_option, model_option
 
 if TYPE_CHECKING:
     from ringgpt.host.image import ApplianceImage
@@ -57,11 +57,8 @@ def summary_tables(image: ApplianceImage) -> list:
 
 @click.command(cls=Command, epilog="Exit status: 0 ok; 2 bad input (nothing is written); 1 an internal fault; "
                "130 interrupted.")
-@click.option("--model", default="bundled", show_default=True,
-              help="bundled | PATH (Hugging Face GPT-2 checkpoint directory) | synthetic:SIZE | synthetic:n_layer=..")
-@click.option("--config", "config_name", default="u280", show_default=True,
-              help="architecture preset, optionally with its card count: u280, u280-x2")
-@click.option("--cards", type=click.IntRange(1, 4), default=None, help="[default: 4, or the -xN of --config]")
+@model_option
+@config_options()
 @click.option("--max-context", type=click.IntRange(1, None), default=None,
               help="[default: 1024, or the model's positions if fewer]")
 @click.option("--wbuf-slots", type=click.IntRange(2, None), default=DEFAULT_WBUF_SLOTS, show_default=True)
