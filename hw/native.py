@@ -81,60 +81,36 @@ static float tile_any(const float *x, const float *w, long width) {
 
 /* out[i * n + j] = accumulate_tiles(x[i, :] * w[j, :], width), x: m rows of kp floats (zero-padded to
    tiles * width), w: n columns of k FP16 words, column j at w + j * w_stride; wbuf: kp floats of scratch. */
-static void tree_matmul_generic(const float *x, long m, long kp, const uint16_t *w, long w_stride, long k, long n,
-                 long width, float *out, float *wbuf) {
-    long tiles = kp / width;
-    for (long c = k; c < kp; c++) wbuf[c] = 0.0f;
-    for (long j = 0; j < n; j++) {
-        convert(w + j * w_stride, wbuf, k);
-        for (long i = 0; i < m; i++) {
-            const float *xi = x + i * kp;
-            float acc = 0.0f;
-            for (long t = 0; t < tiles; t++) {
-                const float *xt = xi + t * width, *wt = wbuf + t * width;
-                float s;
-                switch (width) {
-                case 8: s = tile8(xt, wt); break;
-                case 16: s = tile16(xt, wt); break;
-                case 32: s = tile32(xt, wt); break;
-                case 64: s = tile64(xt, wt); break;
-                case 128: s = tile128(xt, wt); break;
-                default: s = tile_any(xt, wt, width);
-                }
-                acc = t == 0 ? s : acc + s;
-            }
-            out[i * n + j] = acc;
-        }
-    }
+#define TREE_MATMUL(NAME, ATTR) \
+ATTR static void NAME(const float *x, long m, long kp, const uint16_t *w, long w_stride, long k, long n,\
+                 long width, float *out, float *wbuf) {                                             \
+    long tiles = kp / width;                                                                        \
+    for (long c = k; c < kp; c++) wbuf[c] = 0.0f;                                                   \
+    for (long j = 0; j < n; j++) {                                                                  \
+        convert(w + j * w_stride, wbuf, k);                                                         \
+        for (long i = 0; i < m; i++) {                                                              \
+            const float *xi = x + i * kp;                                                           \
+            float acc = 0.0f;                                                                       \
+            for (long t = 0; t < tiles; t++) {                                                      \
+                const float *xt = xi + t * width, *wt = wbuf + t * width;                           \
+                float s;                                                                            \
+                switch (width) {                                                                    \
+                case 8: s = tile8(xt, wt); break;                                                   \
+                case 16: s = tile16(xt, wt); break;                                                 \
+                case 32: s = tile32(xt, wt); break;                                                 \
+                case 64: s = tile64(xt, wt); break;                                                 \
+                case 128: s = tile128(xt, wt); break;                                               \
+                default: s = tile_any(xt, wt, width);                                               \
+                }                                                                                   \
+                acc = t == 0 ? s : acc + s;                                                         \
+            }                                                                                       \
+            out[i * n + j] = acc;                                                                   \
+        }                                                                                           \
+    }                                                                                               \
 }
-
+TREE_MATMUL(tree_matmul_generic, )
 #if defined(__x86_64__)
-__attribute__((target("avx2,f16c"))) static void tree_matmul_avx2(const float *x, long m, long kp, const uint16_t *w, long w_stride, long k, long n,
-                 long width, float *out, float *wbuf) {
-    long tiles = kp / width;
-    for (long c = k; c < kp; c++) wbuf[c] = 0.0f;
-    for (long j = 0; j < n; j++) {
-        convert(w + j * w_stride, wbuf, k);
-        for (long i = 0; i < m; i++) {
-            const float *xi = x + i * kp;
-            float acc = 0.0f;
-            for (long t = 0; t < tiles; t++) {
-                const float *xt = xi + t * width, *wt = wbuf + t * width;
-                float s;
-                switch (width) {
-                case 8: s = tile8(xt, wt); break;
-                case 16: s = tile16(xt, wt); break;
-                case 32: s = tile32(xt, wt); break;
-                case 64: s = tile64(xt, wt); break;
-                case 128: s = tile128(xt, wt); break;
-                default: s = tile_any(xt, wt, width);
-                }
-                acc = t == 0 ? s : acc + s;
-            }
-            out[i * n + j] = acc;
-        }
-    }
-}
+TREE_MATMUL(tree_matmul_avx2, __attribute__((target("avx2,f16c"))))
 #endif
 
 void tree_matmul(const float *x, long m, long kp, const uint16_t *w, long w_stride, long k, long n,
