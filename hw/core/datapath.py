@@ -4,7 +4,9 @@
 (`UNITS`: matrix, vector, dma), wired port by port by name. Besides the unit's own `issue` stream and
 `status`, it has a `load` port (port_words words per cycle into ABUF or WBUF; it shares the unit's
 first write port into that buffer through a `WriteArbiter`, the unit winning) and a `dump` port
-(port_words words per cycle out of either buffer, one cycle after the address).
+(port_words words per cycle out of either buffer, one cycle after the address). Every other member of
+the unit (its outside ports: AXI4 masters, ring streams, card id, ...) is a member of the harness of the
+same name and direction, wired straight through.
 
 `small_config` shrinks a preset's buffers for simulation through ArchConfig's own validation.
 """
@@ -24,7 +26,7 @@ from .buffers import Buffers, WriteArbiter
 from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, WritePort
 
 UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
-         "dma": "ringgpt.hw.core.dma:OnChipDMA"}
+         "dma": "ringgpt.hw.core.dma:OnChipDMA", "router": "ringgpt.hw.core.router:Router"}
 """The units the harness can hold, by the names of isa.Unit (lower case)."""
 
 
@@ -52,9 +54,11 @@ class Datapath(wiring.Component):
         self.load_layout = data.StructLayout({"en": 1, "space": Space, "addr": ADDRESS_BITS,
                                               "data": data.ArrayLayout(WORD, P)})
         self.dump_layout = data.StructLayout({"space": Space, "addr": ADDRESS_BITS})
+        self.outside = {name: member for name, member in self.unit.signature.members.items()
+                        if name not in ("issue", "status") and name not in self.unit.buffer_ports}
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           "load": In(self.load_layout), "dump": In(self.dump_layout),
-                          "dump_data": Out(data.ArrayLayout(WORD, P))})
+                          "dump_data": Out(data.ArrayLayout(WORD, P)), **self.outside})
 
     @property
     def latency(self) -> int:
@@ -80,6 +84,12 @@ class Datapath(wiring.Component):
         m.submodules.buffers = buffers = Buffers(self.cfg, ports)
         wiring.connect(m, wiring.flipped(self.issue), unit.issue)
         wiring.connect(m, unit.status, wiring.flipped(self.status))
+        for name, member in self.outside.items():
+            if member.is_port:
+                inner, outer = getattr(unit, name), getattr(self, name)
+                m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
+            else:
+                wiring.connect(m, getattr(unit, name), wiring.flipped(getattr(self, name)))
 
         for name, (space, sig) in unit.buffer_ports.items():
             if shared.get(space) == name:

@@ -33,8 +33,9 @@ IssueLayout = data.StructLayout({"inst": InstructionLayout, "regs": data.ArrayLa
 """One instruction issued to a unit: the word and the register file at issue."""
 
 
-class ErrorCode(enum.Enum, shape=3):
-    """Why a unit refused an instruction (it then writes nothing and completes at once)."""
+class ErrorCode(enum.Enum, shape=4):
+    """Why a unit refused an instruction (it then writes nothing and completes at once), or why the core
+    stopped."""
     NONE = 0
     WRONG_UNIT = 1
     """The opcode is not one this unit executes (or no opcode at all)."""
@@ -49,6 +50,13 @@ class ErrorCode(enum.Enum, shape=3):
     OFF_CHIP = 6
     """A legal HBM or HOST operand of a DMA opcode: this build's DMA unit moves on-chip blocks only
     (checked right after BAD_SPACE)."""
+    ILLEGAL = 7
+    """The fetched word is not an instruction (unknown opcode, or a field the opcode forbids): the
+    controller stops the core at its pc."""
+    BUS = 8
+    """An AXI4 response was SLVERR or DECERR (an address outside the memory behind the port)."""
+    RING = 9
+    """A collective did not match the other cards' (rows, slices, or a RECV of the wrong size)."""
 
 
 class Completion(wiring.Signature):
