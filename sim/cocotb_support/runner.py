@@ -197,10 +197,10 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
 
 
 def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | None = None,
-                  waves: bool = False, name: str = "tb") -> None:
+                  waves: bool = False, name: str = "tb", env: dict | None = None) -> None:
     """Builds `design` for `sim` (cached) and runs the cocotb tests in `test_module` on it.
 
-    `args` reach the testbench as JSON in RINGGPT_TB_ARGS. Each run gets its own directory under
+    `args` reach the testbench as JSON in RINGGPT_TB_ARGS, `env` as environment variables. Each run gets its own directory under
     the build (results.xml and, with waves, dump.vcd from Verilator or waves.fst from Icarus).
     Raises AssertionError naming that directory when a cocotb test fails or the simulator exits
     abnormally."""
@@ -213,7 +213,7 @@ def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | No
     build_dir = build(design, sim, waves=waves)
     test_dir = build_dir / "runs" / f"{name}-{os.getpid()}"
     runner = get_runner(sim)
-    env = {DESIGN_ENV: design.to_json(), ARGS_ENV: json.dumps(args or {})}
+    env = {**(env or {}), DESIGN_ENV: design.to_json(), ARGS_ENV: json.dumps(args or {})}
     plusargs = [f"+dumpfile_path={test_dir / 'waves.fst'}"] if waves and sim == "icarus" else []
     try:
         results = runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",

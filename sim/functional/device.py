@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +22,7 @@ DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
 
 
-def _as_words(values, error: type, what: str) -> np.ndarray:
+def as_words(values, error: type, what: str) -> np.ndarray:
     """FP16 words from FP16 values, or from integers taken as uint16 bit patterns."""
     array = np.asarray(values).ravel()
     if array.dtype == np.float16:
@@ -32,7 +33,7 @@ def _as_words(values, error: type, what: str) -> np.ndarray:
                 f"got {array.dtype} values" + (" out of range" if array.dtype.kind in "iu" else ""))
 
 
-def _decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
+def decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
     """The card's program pre-decoded; raw 512-bit words are decoded here, Instructions validated."""
     cfg.check_artifact(f"card {index}'s program", program.config_name, program.config_hash)
     if (program.card, program.cards) != (index, cfg.cards):
@@ -55,6 +56,42 @@ def _decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
         raise IllegalInstructionFault(index, len(decoded), "past the last instruction",
                                       "the program has no HALT, so the card would run off its end")
     return decoded
+
+
+@dataclass
+class CheckedCard:
+    """One card of an image, checked against the config: its program decoded, its HBM segments as FP16
+    words inside its memory map."""
+    index: int
+    program: list
+    hbm_segments: list
+    hbm_words: int
+    host_words: int
+
+
+def checked_cards(image: ApplianceImage | str | os.PathLike, cfg: ArchConfig) -> list[CheckedCard]:
+    """The image's cards checked for `cfg` (config hash, card count, programs, HBM map and segments);
+    raises ImageError or IllegalInstructionFault naming what is wrong. Every back end loads through it."""
+    if isinstance(image, (str, os.PathLike)):
+        image = ApplianceImage.load(image)
+    cfg.check_artifact("appliance image", image.config.name, image.config.hash)
+    if len(image.cards) != cfg.cards:
+        raise ImageError(f"the image has {len(image.cards)} cards but config {cfg.name!r} has {cfg.cards}")
+    cards = []
+    for index, card_image in enumerate(image.cards):
+        program = decode_program(index, card_image.program, cfg)
+        if not 0 <= card_image.hbm_words <= cfg.hbm_words:
+            raise ImageError(f"card {index}: HBM memory map of {card_image.hbm_words} words does not fit "
+                             f"the card's {cfg.hbm_words} words")
+        segments = []
+        for address, segment in card_image.hbm_segments:
+            words = as_words(segment, ImageError, f"card {index} HBM segment at {address}")
+            if not 0 <= address <= address + words.size <= card_image.hbm_words:
+                raise ImageError(f"card {index}: HBM segment [{address}, {address + words.size}) lies "
+                                 f"outside the memory map of {card_image.hbm_words} words")
+            segments.append((address, words))
+        cards.append(CheckedCard(index, program, segments, card_image.hbm_words, card_image.host_words))
+    return cards
 
 
 class SimulatorDevice(Device):
@@ -86,27 +123,13 @@ class SimulatorDevice(Device):
     def load(self, image: ApplianceImage | str | os.PathLike) -> None:
         """Loads an ApplianceImage (or an image directory); programs may hold Instructions or raw
         512-bit words. Resets every memory to zero, then writes the image's HBM segments."""
-        if isinstance(image, (str, os.PathLike)):
-            image = ApplianceImage.load(image)
-        cfg = self.config
-        cfg.check_artifact("appliance image", image.config.name, image.config.hash)
-        if len(image.cards) != cfg.cards:
-            raise ImageError(f"the image has {len(image.cards)} cards but config {cfg.name!r} has {cfg.cards}")
         cards = []
-        for index, card_image in enumerate(image.cards):
-            program = _decode_program(index, card_image.program, cfg)
-            if not 0 <= card_image.hbm_words <= cfg.hbm_words:
-                raise ImageError(f"card {index}: HBM memory map of {card_image.hbm_words} words does not fit "
-                                 f"the card's {cfg.hbm_words} words")
-            card = Card(index, cfg, program, card_image.hbm_words, card_image.host_words, self.compute)
-            hbm = card.mem[Space.HBM]
-            for address, segment in card_image.hbm_segments:
-                words = _as_words(segment, ImageError, f"card {index} HBM segment at {address}")
-                if not 0 <= address <= address + words.size <= hbm.size:
-                    raise ImageError(f"card {index}: HBM segment [{address}, {address + words.size}) lies "
-                                     f"outside the memory map of {hbm.size} words")
-                if self.compute:
-                    hbm[address:address + words.size] = words
+        for checked in checked_cards(image, self.config):
+            card = Card(checked.index, self.config, checked.program, checked.hbm_words, checked.host_words,
+                        self.compute)
+            if self.compute:
+                for address, words in checked.hbm_segments:
+                    card.mem[Space.HBM][address:address + words.size] = words
             cards.append(card)
         self.cards = cards
         self.last_report = None
@@ -127,7 +150,7 @@ class SimulatorDevice(Device):
 
     def write_host(self, card: int, offset: int, words) -> None:
         target = self._card(card)
-        words = _as_words(words, HostAccessError, "host buffer words")
+        words = as_words(words, HostAccessError, "host buffer words")
         target.mem[Space.HOST][self._host_range(target, offset, words.size)] = words
 
     def read_host(self, card: int, offset: int, count: int) -> np.ndarray:
