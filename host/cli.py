@@ -44,6 +44,8 @@ class Request:
     config: str = "u280"
     cards: int = 4
     check_reference: bool = True
+    simulator: str = "verilator"
+    """The RTL simulator of the rtl backend."""
 
 
 @dataclass
@@ -72,21 +74,41 @@ def reference_backend(request: Request, on_token: Callable[[int], None], status:
     return [f"{len(result.generated_ids)} tokens; time to first token {1e3 * t.ttft_s:.1f} ms; decode {per_token}"]
 
 
-def sim_backend(request: Request, on_token: Callable[[int], None], status: Console) -> list[str]:
-    """The appliance: the model compiled for `cards` cards of `config`, run on the functional simulator;
-    reports the simulation speed, the modeled time on the cards, and the check against the FP32 reference."""
-    from rich.text import Text
+def appliance_backend(backend: str) -> Backend:
+    """The appliance: the model compiled for `cards` cards of `config`, run on the functional simulator (`sim`) or
+    on the cores' RTL (`rtl`); reports the simulation speed, the time on the cards (modeled by the cycle model, or
+    counted by the RTL), and the check against the FP32 reference."""
+    def run(request: Request, on_token: Callable[[int], None], status: Console) -> Summary:
+        from rich.text import Text
 
-    status.print(Text(f"simulated appliance: {request.model} on {request.cards} x {request.config} "
-                      "(compiling on first use, then cached)", style="dim"))
-    from ringgpt.host.runtime.generation import run_generation  # imports torch and the simulator only when used
+        what = "simulated appliance" if backend == "sim" else f"RTL of the appliance ({request.simulator})"
+        status.print(Text(f"{what}: {request.model} on {request.cards} x {request.config} "
+                          "(compiling on first use, then cached)", style="dim"))
+        from ringgpt.host.runtime.generation import run_generation  # imports torch and the simulator only when used
 
-    report = run_generation(request.prompt, model=request.model, config=request.config, cards=request.cards,
-                            sampling=request.sampling, on_token=on_token, check_reference=request.check_reference)
+        options = {"simulator": request.simulator} if backend == "rtl" else None
+        report = run_generation(request.prompt, model=request.model, config=request.config, cards=request.cards,
+                                sampling=request.sampling, on_token=on_token, check_reference=request.check_reference,
+                                backend=backend, device_options=options)
+        result = report.result
+        lines = [f"{len(result.generated_ids)} tokens on {report.config}; simulation {result.wall_s:.1f} s "
+                 f"({result.tokens_per_s:.2f} tokens/s); image {'cached' if report.image_cached else 'compiled'} "
+                 f"in {report.compile_s:.1f} s", *(modeled_lines(report) if backend == "sim" else rtl_lines(report))]
+        return verdict_summary(request, report, lines)
+    return run
+
+
+def rtl_lines(report) -> list[str]:
+    """The cycles the RTL counted in a generation, and what they come to at the config's clock."""
     result = report.result
-    lines = [f"{len(result.generated_ids)} tokens on {report.config}; simulation {result.wall_s:.1f} s "
-             f"({result.tokens_per_s:.2f} tokens/s); image {'cached' if report.image_cached else 'compiled'} "
-             f"in {report.compile_s:.1f} s", *modeled_lines(report)]
+    decode = result.decode_ms_under(None)
+    per_token = "n/a (one token)" if decode is None else f"{decode:.3f} ms/token"
+    return [f"RTL cycles at the config's clock: time to first token {1e3 * result.ttft_under(None):.2f} ms; "
+            f"decode {per_token} (device + launch)"]
+
+
+def verdict_summary(request: Request, report, lines: list[str]) -> Summary:
+    """`lines` and the reference check's verdict."""
     check = report.reference
     if check is None:
         return Summary(lines)
@@ -123,7 +145,9 @@ def modeled_lines(report) -> list[str]:
     return lines
 
 
-BACKENDS: dict[str, Backend] = {"sim": sim_backend, "reference": reference_backend}
+BACKENDS: dict[str, Backend] = {"sim": appliance_backend("sim"), "rtl": appliance_backend("rtl"),
+                                "reference": reference_backend}
+APPLIANCE_BACKENDS = ("sim", "rtl")
 
 
 @click.group(cls=Group, epilog="Exit status: 0 ok; 1 a failed device run or an internal fault; 2 bad input; 3 the "
@@ -173,10 +197,13 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
-              help="sim: the appliance on the functional simulator; reference: PyTorch")
-@config_options(" (sim backend)")
+              help="sim: the appliance on the functional simulator; rtl: on the cores' RTL (slow: use --config "
+                   "sim-small and a small model); reference: PyTorch")
+@config_options(" (sim and rtl backends)")
+@click.option("--simulator", type=click.Choice(["verilator", "icarus"]), default="verilator", show_default=True,
+              help="the RTL simulator (rtl backend)")
 @click.option("--check-reference/--no-check-reference", default=True, show_default=True,
-              help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim backend)")
+              help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim and rtl backends)")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
 @click.option("--greedy/--sample", default=SamplingConfig.greedy, show_default=True,
               help="argmax decoding, or sampling with --temperature/--top-k/--top-p")
@@ -191,7 +218,7 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
 @debug_option
 @click.pass_context
 def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
-                     check_reference: bool, max_new_tokens: int, greedy: bool, temperature: float, top_k: int,
+                     simulator: str, check_reference: bool, max_new_tokens: int, greedy: bool, temperature: float, top_k: int,
                      top_p: float, seed: int, dtype: str, device: str) -> None:
     """Generate text after PROMPT, streaming tokens to stdout as they are chosen.
 
@@ -200,14 +227,16 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
     prompt against the model's config, before any weight is loaded."""
     if greedy:
         reject_unused(ctx, SAMPLING_OPTIONS, "with greedy decoding", "sampling (add --sample)")
-    if backend == "sim":
-        reject_unused(ctx, ("dtype", "device"), "with the sim backend (the appliance computes in FP16)",
+    if backend in APPLIANCE_BACKENDS:
+        reject_unused(ctx, ("dtype", "device"), f"with the {backend} backend (the appliance computes in FP16)",
                       "--backend reference")
+        if backend == "sim":
+            reject_unused(ctx, ("simulator",), "with the sim backend (the functional simulator)", "--backend rtl")
         arch = arch_config(config_name, cards)
         config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
     else:
-        reject_unused(ctx, ("config_name", "cards", "check_reference"), "with --backend reference",
-                      "the sim backend (the appliance)")
+        reject_unused(ctx, ("config_name", "cards", "check_reference", "simulator"), "with --backend reference",
+                      "the sim or rtl backend (the appliance)")
         arch = None
         if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
             raise click.BadParameter(f"{device!r}: use cpu, cuda, cuda:N or auto", ctx, param_hint="'--device'")
@@ -216,7 +245,8 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
     sampling.validate()
     tokenizer, prompt_ids, _, _ = _preflight(prompt, model, sampling, max_context=None, arch=arch)
     request = Request(prompt=prompt, prompt_ids=prompt_ids, sampling=sampling, model=model, dtype=dtype,
-                      device=device, config=config_name, cards=cards or 4, check_reference=check_reference)
+                      device=device, config=config_name, cards=cards or 4, check_reference=check_reference,
+                      simulator=simulator)
     from rich.text import Text
 
     from ringgpt.host.tokenizer import TextStream

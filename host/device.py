@@ -4,6 +4,7 @@ a token position, read results back, ask for status. Every back end raises Devic
 subclass) with the card, pc and instruction when a run fails."""
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -97,3 +98,16 @@ class Device(ABC):
 
     def close(self) -> None:
         """Releases the back end's resources (boards, simulator processes)."""
+
+
+BACKENDS = {"sim": "ringgpt.sim.functional.device:SimulatorDevice", "rtl": "ringgpt.sim.rtl.device:RtlDevice"}
+"""The Device back ends by name: the functional simulator and the RTL simulation (the boards' driver joins
+them with the Alveo path). The runtime opens them through `open_device` and speaks to `Device` alone."""
+
+
+def open_device(backend: str, config: ArchConfig, **options) -> Device:
+    """A `backend` device for `config`; `options` go to its constructor (e.g. timing for sim, simulator for rtl)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown device back end {backend!r}; known: {', '.join(BACKENDS)}")
+    module, _, name = BACKENDS[backend].partition(":")
+    return getattr(importlib.import_module(module), name)(config, **options)

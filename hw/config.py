@@ -73,7 +73,7 @@ class ArchConfig:
     hbm_interleave_words: int = 128
     """Interleave granule of the ISA's HBM address map: granule g = a // hbm_interleave_words of word address a
     lies in pseudo-channel (g mod C) XOR ((g div C) mod C) of the C = hbm_channels, at channel-local word
-    (g div C) * granule + a mod granule (sim.cycle_model.hbm_channel_of)."""
+    (g div C) * granule + a mod granule (hw/hbm.py)."""
     hbm_access_bytes: int = 32
     """Smallest access of a pseudo-channel (64-bit bus, burst of 4): partial accesses are rounded up to it."""
     hbm_page_miss_ns: float = 10.0

@@ -138,16 +138,14 @@ def unit_parts(cfg) -> dict:
 
 
 def buffer_estimate(cfg) -> dict:
-    """Memories of ABUF and WBUF with the read and write ports of the matrix unit, the vector unit and
-    the on-chip DMA (hw/core/buffers.py: every port its own memory port)."""
+    """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
+    hw/core/buffers.py: every port its own memory port)."""
     from ringgpt.hw.core.buffers import WBUF_BANKS, buffer_banks
-    from ringgpt.hw.core.dma import OnChipDMA
+    from ringgpt.hw.core.core import UNIT_CLASSES
     from ringgpt.hw.core.interfaces import ReadPort
-    from ringgpt.hw.core.matrix import MatrixUnit
-    from ringgpt.hw.core.vector import VectorUnit
     from ringgpt.hw.isa import Space
     ports = {}
-    for name, cls in (("matrix", MatrixUnit), ("vector", VectorUnit), ("dma", OnChipDMA)):
+    for name, cls in UNIT_CLASSES.items():
         unit = cls(cfg)
         unit._MustUse__silence = True
         ports.update({f"{name}.{port}": spec for port, spec in unit.buffer_ports.items()})
@@ -176,7 +174,7 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
     import dataclasses
 
     from ringgpt.hw.config import get_config
-    from ringgpt.hw.core.dma import OnChipDMA
+    from ringgpt.hw.core.dma import DMAUnit, PortEngine
     u280, small = get_config("u280"), get_config("sim-small")
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
@@ -208,17 +206,19 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
         rows[f"{cls.__name__} (composed)"] = total
         rows[f"  {cls.__name__}: control and glue (sim-small)"] = glue
     try:
-        rows["OnChipDMA"] = _add({}, synth("OnChipDMA(u280)", lambda: OnChipDMA(u280)))
+        rows["DMAUnit"] = _add({}, synth("DMAUnit(u280)", lambda: DMAUnit(u280)))
     except RuntimeError as exc:
         # YoWASP Yosys stops with an internal assertion (count_id(wire->name) == 0 in ABC's reintegration) on
-        # the DMA at every width tried (8 to 64): count its dominant registers instead. The transpose tile is
-        # P x P words of 16 flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the write
-        # register P words + address + mask; the step pipeline and counters about 300 more.
+        # the DMA at every width tried (8 to 64): its AXI port engines are synthesised alone and counted once per
+        # port, and the dominant registers of the rest are counted. The transpose tile is P x P words of 16
+        # flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the write register P words +
+        # address + mask; the step pipeline and counters about 300 more.
         P = u280.vector_width
-        print(f"  OnChipDMA(u280) not synthesised ({exc}): counted", flush=True)
+        print(f"  DMAUnit(u280) not synthesised ({exc}): engines synthesised, the rest counted", flush=True)
         tile = 16 * P * P
-        rows["OnChipDMA (counted, not synthesised)"] = {"LUT": tile + 16 * P, "FF": tile + 16 * P + 32 + P + 300,
-                                                       "DSP": 3, "BRAM36": 0, "URAM": 0}
+        engines = _add({}, synth("PortEngine(u280, channel 0)", lambda: PortEngine(u280, 0)), u280.hbm_channels + 1)
+        rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
+            engines, {"LUT": tile + 16 * P, "FF": tile + 16 * P + 32 + P + 300, "DSP": 3, "BRAM36": 0, "URAM": 0})
     buffers = buffer_estimate(u280)
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}

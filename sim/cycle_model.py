@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import Resolved, access_ranges
 
@@ -130,22 +131,10 @@ class HbmTransfer(NamedTuple):
     transpose_cycles: int = 0
 
 
-def hbm_channel_of(granule, channels: int):
-    """The pseudo-channel of interleave granule g (the ISA's HBM address map): within each stripe of `channels`
-    consecutive granules every channel gets one, permuted by the stripe number (g mod C) XOR ((g div C) mod C), so
-    that rows whose stride is a multiple of the granule still spread over all channels. C not a power of two:
-    (g + g div C) mod C."""
-    if channels & (channels - 1) == 0:
-        return (granule % channels) ^ ((granule // channels) % channels)
-    return (granule + granule // channels) % channels
-
-
 def hbm_segments(starts, length: int, cfg: ArchConfig, merge: bool = True):
     """(bytes, bursts, requests) per channel of rows of `length` words starting at word addresses `starts`, in
-    issue order. The ISA's interleave: word a lies in channel (a // G) mod C at channel-local word
-    (a // (G * C)) * G + a % G, G = hbm_interleave_words, C = hbm_channels. Pieces that continue the channel's
-    previous piece merge into one burst (merge=False: every row piece is a burst of its own, as for a gather).
-    The channel is hbm_channel_of(a // G)."""
+    issue order, through the ISA's HBM map (hw/hbm.py). Pieces that continue the channel's previous piece merge
+    into one burst (merge=False: every row piece is a burst of its own, as for a gather)."""
     import numpy as np
     g, c = cfg.hbm_interleave_words, cfg.hbm_channels
     starts = np.asarray(starts, dtype=np.int64).ravel()

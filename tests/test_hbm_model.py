@@ -10,7 +10,8 @@ import pytest
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Flags, Opcode, Space
 from ringgpt.hw.resolved import Resolved
-from ringgpt.sim.cycle_model import hbm_channel_of, hbm_transfer, instruction_cost
+from ringgpt.hw.hbm import hbm_channel_of
+from ringgpt.sim.cycle_model import hbm_transfer, instruction_cost
 
 CFG = get_config("sim-small")
 HBM, ABUF, WBUF, HOST = ((s, 0) for s in (Space.HBM, Space.ABUF, Space.WBUF, Space.HOST))

@@ -1,5 +1,5 @@
 """run_generation: text in, text out on the simulated appliance, checked against the PyTorch reference.
-What `ringgpt generate --backend sim` calls."""
+What `ringgpt generate --backend sim` (and `--backend rtl`) calls."""
 from __future__ import annotations
 
 import time
@@ -18,7 +18,7 @@ from ringgpt.host.runtime.appliance import Appliance, ApplianceResult
 from ringgpt.host.runtime.images import cached_image
 from ringgpt.host.tokenizer import load_tokenizer
 from ringgpt.hw.config import get_config, timing_variants
-from ringgpt.sim.functional import SimulatorDevice
+from ringgpt.host.device import open_device
 
 
 LOGITS_BOUND = 1e-2
@@ -108,8 +108,11 @@ class GenerationReport:
 
 def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280", cards: int = 4,
                    sampling: SamplingConfig | None = None, on_token: Callable[[int], None] | None = None,
-                   check_reference: bool = True, max_context: int = 1024) -> GenerationReport:
-    """Generates text after `prompt` on the functional simulator of `cards` cards of architecture `config`:
+                   check_reference: bool = True, max_context: int = 1024, backend: str = "sim",
+                   device_options: dict | None = None) -> GenerationReport:
+    """Generates text after `prompt` on `cards` cards of architecture `config`, simulated by `backend` ("sim":
+    the functional simulator with the cycle model's timing at every clock of timing_variants; "rtl": the cores'
+    RTL, `device_options` naming the simulator):
     loads the model (FP32; the appliance takes it as FP16) and the GPT-2 tokenizer, compiles the model
     (cached under ~/.cache/ringgpt), generates, calling on_token(id) as each token is chosen, and with
     check_reference compares tokens and logits with the PyTorch FP32 reference (same sampling and seed)."""
@@ -126,9 +129,15 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
     started = time.perf_counter()
     image, cached = cached_image(net, arch, context)
     compile_s = time.perf_counter() - started
-    others = {label: cfg for label, cfg in timing_variants(arch, with_conservative=False).items() if cfg != arch}
-    appliance = Appliance(SimulatorDevice(arch, timing=others), image)
-    result = appliance.generate(prompt_ids, sampling, on_token)
+    options = dict(device_options or {})
+    if backend == "sim":
+        options["timing"] = {label: cfg for label, cfg in timing_variants(arch, with_conservative=False).items()
+                             if cfg != arch}
+    device = open_device(backend, arch, **options)
+    try:
+        result = Appliance(device, image).generate(prompt_ids, sampling, on_token)
+    finally:
+        device.close()
     reference = check_against_reference(net, result, sampling) if check_reference else None
     return GenerationReport(prompt=prompt, text=tokenizer.decode(result.generated_ids), result=result, model=model,
                             config=arch.name, weights_hash=image.meta["weights_hash"], image_cached=cached,

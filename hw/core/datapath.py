@@ -26,14 +26,15 @@ from .buffers import Buffers, WriteArbiter
 from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, WritePort
 
 UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
-         "dma": "ringgpt.hw.core.dma:OnChipDMA", "router": "ringgpt.hw.core.router:Router"}
+         "dma": "ringgpt.hw.core.dma:DMAUnit", "router": "ringgpt.hw.core.router:Router"}
 """The units the harness can hold, by the names of isa.Unit (lower case)."""
 
 
 def small_config(base: str = "sim-small", *, abuf_words: int, wbuf_words: int) -> ArchConfig:
     """Preset `base` with smaller buffers (validated like any ArchConfig)."""
     cfg = get_config(base)
-    return dataclasses.replace(cfg, name=f"{cfg.name}-rtl", abuf_words=abuf_words, wbuf_words=wbuf_words)
+    return dataclasses.replace(cfg, name=f"{base.split('-x')[0]}-rtl-x{cfg.cards}", abuf_words=abuf_words,
+                               wbuf_words=wbuf_words)
 
 
 def unit_class(unit: str):

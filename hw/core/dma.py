@@ -1,28 +1,37 @@
-"""The DMA unit's on-chip moves: LOAD from ABUF into ABUF or WBUF, with 2-D strides and transposed writes.
+"""The DMA unit: LOAD, STORE and GATHER between HBM, the host buffer and ABUF/WBUF, the only owner of the
+core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
 
-    ABUF src (P = vector_width words per read, any address)
-      ├─▶ straight:   row r, chunk c ─▶ write register ─▶ dst[dst + r*dst_stride + c*P ...] (P words, masked past n)
-      └─▶ transposed: up to P source rows of one P-column chunk fill a P x P tile (one row per cycle),
-                      which then drains one column per cycle (shifting left) ─▶ write register
-                      ─▶ dst[dst + j*dst_stride + r0 ...] (one destination row j, up to P words)
-    ─▶ ABUF dst or WBUF dst (one P-word write per cycle)
-
-HBM and host traffic (LOAD from HBM/HOST, STORE, GATHER) belong to the whole core's DMA engine, not
-written yet: this unit answers them with `ErrorCode.OFF_CHIP`, writing nothing.
+    on chip  ABUF src (P = vector_width words per read)
+               ├─▶ straight:   chunk ─▶ write register ─▶ ABUF/WBUF dst (P words per cycle)
+               └─▶ transposed: P source rows ─▶ P x P tile ─▶ one column per cycle ─▶ write register ─▶ dst
+    off chip job generator ── row jobs (X words [lo, hi), buffer address = X word + delta) ──▶
+               PortEngine hbm0 .. hbm{C-1}, host: each takes the part of a job that lies in its memory (hw/hbm.py),
+               as INCR bursts of up to 256 beats that stay in a 4 KiB page, up to hbm_outstanding in flight
+               ├─▶ LOAD / GATHER: R beats ─▶ shifted to the job's first word ─▶ its own ABUF/WBUF write port
+               ├─▶ LOAD transposed: R beats ─▶ (one engine a cycle) ─▶ the P x P tile ─▶ columns ─▶ dst
+               ├─▶ GATHER indices from HOST: R beats ─▶ index FIFO ─▶ one table-row job per index
+               └─▶ STORE: its own ABUF read port ─▶ W beats (wstrb for partial beats); B responses counted
 """
 from __future__ import annotations
 
 import functools
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import OPCODES, OPERANDS, Space, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, pipe, resolve)
+from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort,
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve)
+
+
+INCR = 1
+"""AxBURST of an incrementing burst."""
 
 
 def _log2(value: int) -> int:
@@ -33,50 +42,292 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class OnChipDMA(wiring.Component):
-    """On-chip DMA of `cfg`: `width` = vector_width words per cycle.
+class Target(enum.Enum, shape=2):
+    """Where an engine puts the words it reads."""
+    ABUF = 0
+    WBUF = 1
+    STREAM = 2
+    """Its `beats` stream: the transpose tile, or the GATHER index FIFO."""
 
-    Computes LOAD with src1 in ABUF and dst in ABUF or WBUF, exactly as the functional simulator's
-    copy: for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 + r*src1_stride + j], or with
-    the transpose flag dst[dst + j*dst_stride + r] = src1[src1 + r*src1_stride + j]. Any other DMA
-    word with a legal HBM or HOST operand (LOAD from HBM/HOST, STORE, GATHER) completes with
-    `ErrorCode.OFF_CHIP`; the other checks are those of every unit (interfaces.check_instruction).
 
-    Throughput. Straight copies: one chunk of `width` words per cycle, rows * ceil(n / width) steps.
-    Transposed copies go through a width x width register tile: for each group of R <= width source
-    rows and each chunk of C <= width columns, R fill steps (one source row each), one step for the
-    last row to land, and C drain steps (one destination row of R words each): `steps(rows, n, True)`
-    = ceil(n / width) * (rows + groups) + groups * n, groups = ceil(rows / width); about width / 2
-    words per cycle on full tiles, one destination row per cycle when rows = 1.
+JobLayout = data.StructLayout({"write": 1, "target": Target, "lo": ADDRESS_BITS + 1, "hi": ADDRESS_BITS + 1,
+                               "delta": ADDRESS_BITS})
+"""A row job: move the words [lo, hi) of the engine's memory (HBM or host word addresses) from (write = 0) or
+to (write = 1) the buffer words at X word + delta (32-bit wrap); `target` for reads."""
 
-    Latency: `latency` = READ_LATENCY + 1 cycles from a straight step to its write (read, write
-    register), `drain_latency` = 1 from a drain step to its write. Busy cycles (`Completion.cycles`)
-    = `cycles(rows, n, transpose)` = `overhead` + steps + the latency of the last step.
 
-    Preconditions it does not check (the compiler's copies meet them): the destination block does not
-    overlap the source block unless exactly in place; a transposed copy of more than `width` rows has
-    non-overlapping destination rows (dst_stride >= rows). Overlapping destination rows are otherwise
-    written in the simulator's order (later rows win).
+def beat_layout(words: int) -> data.StructLayout:
+    """A beat an engine puts on its `beats` stream: words [0, popcount(mask)) are valid, `addr` is the first
+    one's target address (X word + delta)."""
+    return data.StructLayout({"addr": ADDRESS_BITS, "data": data.ArrayLayout(WORD, words), "mask": words})
+
+
+class PortEngine(wiring.Component):
+    """One AXI4 master of the DMA unit: HBM pseudo-channel `channel` (its words as hw/hbm.py maps them), or the
+    host buffer (`channel` None: word a at byte `base` + 2a).
+
+    Takes row jobs (`JobLayout`) from `job` (a FIFO of `job_depth`), keeps the part of each that lies in its
+    memory (a contiguous range of its local words), and moves it as INCR bursts of up to AXI_MAX_BURST beats
+    that never cross a 4 KiB page, up to `outstanding` bursts in flight (one AXI ID: responses in order).
+    Reads: each beat is shifted so that its first wanted word is lane 0 and written `data_latency` cycles
+    after its R handshake to the target's write port (ABUF, WBUF) or offered on `beats`. Writes: each beat's
+    words are read from ABUF (`from_abuf`, one cycle), shifted into place, and sent with wstrb covering just
+    the job's words. An SLVERR/DECERR response pulses `bus_error`. With `abort` it drops its queued jobs and
+    writes nothing more, finishes the bursts in flight, and drops `busy`. Throughput: one beat per cycle, and
+    one job per cycle (a job without words in this memory costs one cycle). Latency: `request_cycles` from a
+    job to its first request, `data_latency` from an R beat to its write, `fetch_cycles` from a write request
+    to its first W beat.
+
+    `base` must be a multiple of the beat (its low bits are ignored)."""
+
+    job_depth = 4
+    request_cycles = 3
+    """Cycles from a job's (the cycle it is offered) to its first burst's handshake: the job queue, the current
+    job, the request register."""
+    data_latency = 1
+    """Cycles from an R handshake to its buffer write (the write register)."""
+    fetch_cycles = 2
+    """Cycles from a write burst's request register to its first W beat on the bus (ABUF read, W queue)."""
+
+    @classmethod
+    def read_cycles(cls, latency: int) -> int:
+        """Cycles from a job's to its first word in a buffer, on a memory of first-beat `latency`."""
+        return cls.request_cycles + latency + cls.data_latency
+
+    @classmethod
+    def write_cycles(cls, latency: int) -> int:
+        """Cycles from a job's to the B response of its one-beat write, on a memory answering `latency` cycles
+        after the last W beat."""
+        return cls.request_cycles + cls.fetch_cycles + latency
+
+    def __init__(self, cfg: ArchConfig, channel: int | None):
+        self.cfg, self.channel = cfg, channel
+        self.beat_words = cfg.hbm_port_bits // WORD
+        self.outstanding = cfg.hbm_outstanding
+        B = self.beat_words
+        super().__init__({"job": In(stream.Signature(JobLayout)), "abort": In(1), "busy": Out(1),
+                          "bus_error": Out(1), "base": In(AXI_ADDRESS_BITS), "axi": Out(Axi4(cfg.hbm_port_bits)),
+                          "to_abuf": Out(WritePort(B)), "to_wbuf": Out(WritePort(B)), "from_abuf": Out(ReadPort(B)),
+                          "beats": Out(stream.Signature(beat_layout(B)))})
+
+    def _word_of(self, local):
+        """The engine's memory word address of its local word `local`."""
+        if self.channel is None:
+            return local
+        return hbm.word_of(self.channel, local, self.cfg.hbm_channels, self.cfg.hbm_interleave_words)
+
+    def _lanes(self, m: Module, info, index, *, name: str):
+        """For beat `index` of the burst `info` (first, lo, hi): (its local word address, lo_off, the lane mask of
+        the job's words in it: lanes [lo_off, hi_off))."""
+        B, lb = self.beat_words, _log2(self.beat_words)
+        local = Signal(ADDRESS_BITS + 1, name=f"{name}_local")
+        m.d.comb += local.eq(info.first + (index << lb))
+        lo_off, hi_off = Signal(range(B), name=f"{name}_lo_off"), Signal(range(B + 1), name=f"{name}_hi_off")
+        m.d.comb += [lo_off.eq(Mux(local < info.lo, info.lo - local, 0)),
+                     hi_off.eq(Mux(info.hi - local < B, info.hi - local, B))]
+        mask = Signal(B, name=f"{name}_mask")
+        m.d.comb += [mask[lane].eq((lane >= lo_off) & (lane < hi_off)) for lane in range(B)]
+        return local, lo_off, mask
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, B = self.cfg, self.beat_words
+        lb = _log2(B)
+        axi = self.axi
+        beat_bytes = 2 * B
+        base = Signal(AXI_ADDRESS_BITS)
+        m.d.comb += base.eq(Cat(Const(0, _log2(beat_bytes)), self.base[_log2(beat_bytes):]))
+        m.d.comb += [axi.arsize.eq(axi.signature.size_code), axi.awsize.eq(axi.signature.size_code),
+                     axi.arburst.eq(INCR), axi.awburst.eq(INCR), axi.bready.eq(1)]
+
+        # --- jobs -> the current job (its local range) ----------------------------------------------------
+        m.submodules.jobs = jobs = fifo.SyncFIFO(width=JobLayout.size, depth=self.job_depth)
+        m.d.comb += [jobs.w_data.eq(self.job.payload), jobs.w_en.eq(self.job.valid), self.job.ready.eq(jobs.w_rdy)]
+        head = JobLayout(jobs.r_data)
+        if self.channel is None:
+            llo, lhi = head.lo, head.hi
+        else:
+            llo, lhi = hbm.local_range_of(m, self.channel, head.lo, head.hi, cfg.hbm_channels,
+                                          cfg.hbm_interleave_words, name="range")
+        cur = Signal(data.StructLayout({"valid": 1, "write": 1, "target": Target, "delta": ADDRESS_BITS,
+                                        "lo": ADDRESS_BITS + 1, "hi": ADDRESS_BITS + 1, "next": ADDRESS_BITS + 1}))
+
+        # --- the next burst of the current job ----------------------------------------------------------------
+        beats_left = Signal(ADDRESS_BITS + 1)
+        m.d.comb += beats_left.eq(((cur.hi - 1) >> lb) - (cur.next >> lb) + 1)
+        address = Signal(AXI_ADDRESS_BITS)
+        m.d.comb += address.eq(base + (cur.next << 1))
+        page = _log2(AXI_PAGE_BYTES)
+        to_page = Signal(range(AXI_PAGE_BYTES // beat_bytes + 1))
+        m.d.comb += to_page.eq((AXI_PAGE_BYTES - address[:page]) >> _log2(beat_bytes))
+        beats = Signal(range(AXI_MAX_BURST + 1))
+        limit = Mux(to_page < AXI_MAX_BURST, to_page, AXI_MAX_BURST)
+        m.d.comb += beats.eq(Mux(beats_left < limit, beats_left, limit))
+        burst = data.StructLayout({"target": Target, "delta": ADDRESS_BITS, "lo": ADDRESS_BITS + 1,
+                                   "hi": ADDRESS_BITS + 1, "first": ADDRESS_BITS + 1, "beats": range(AXI_MAX_BURST + 1)})
+        m.submodules.reads = reads = fifo.SyncFIFO(width=burst.size, depth=self.outstanding)
+        m.submodules.writes = writes = fifo.SyncFIFO(width=burst.size, depth=self.outstanding)
+        info = Signal(burst)
+        m.d.comb += [info.target.eq(cur.target), info.delta.eq(cur.delta), info.lo.eq(cur.lo), info.hi.eq(cur.hi),
+                     info.first.eq(cur.next), info.beats.eq(beats)]
+        m.d.comb += [reads.w_data.eq(info), writes.w_data.eq(info)]
+
+        request = data.StructLayout({"valid": 1, "addr": AXI_ADDRESS_BITS, "len": 8})
+        ar, aw = Signal(request), Signal(request)
+        m.d.comb += [axi.arvalid.eq(ar.valid), axi.araddr.eq(ar.addr), axi.arlen.eq(ar.len),
+                     axi.awvalid.eq(aw.valid), axi.awaddr.eq(aw.addr), axi.awlen.eq(aw.len)]
+        writes_open = Signal(range(self.outstanding + 1))
+        go_read = cur.valid & ~cur.write & ~self.abort & (~ar.valid | axi.arready) & reads.w_rdy
+        go_write = (cur.valid & cur.write & ~self.abort & (~aw.valid | axi.awready) & writes.w_rdy
+                    & (writes_open < self.outstanding))
+        issue = go_read | go_write
+        m.d.comb += [reads.w_en.eq(go_read), writes.w_en.eq(go_write)]
+        for req, go, ready in ((ar, go_read, axi.arready), (aw, go_write, axi.awready)):
+            with m.If(go):
+                m.d.sync += [req.valid.eq(1), req.addr.eq(address), req.len.eq(beats - 1)]
+            with m.Elif(ready):
+                m.d.sync += req.valid.eq(0)
+        m.d.sync += writes_open.eq(writes_open + go_write - axi.bvalid)
+
+        with m.If(issue):
+            m.d.sync += cur.next.eq(cur.next + (beats << lb))
+            with m.If(beats == beats_left):
+                m.d.sync += cur.valid.eq(0)
+        with m.If(self.abort):
+            m.d.comb += jobs.r_en.eq(1)
+            m.d.sync += cur.valid.eq(0)
+        with m.Elif((~cur.valid | (issue & (beats == beats_left))) & jobs.r_rdy):
+            m.d.comb += jobs.r_en.eq(1)
+            m.d.sync += [cur.valid.eq(llo < lhi), cur.write.eq(head.write), cur.target.eq(head.target),
+                         cur.delta.eq(head.delta), cur.lo.eq(llo), cur.hi.eq(lhi),
+                         cur.next.eq(llo & ~(B - 1))]
+
+        # --- reads: R beats -> shifted to lane 0 -> the write register -> ABUF, WBUF or `beats` -------------------
+        rhead = burst(reads.r_data)
+        r_index = Signal(8)
+        r_local, r_off, r_mask = self._lanes(m, rhead, r_index, name="r")
+        stage = Signal(data.StructLayout({"valid": 1, "target": Target, "addr": ADDRESS_BITS,
+                                          "data": data.ArrayLayout(WORD, B), "mask": B}))
+        taken = (stage.target != Target.STREAM) | self.beats.ready | self.abort
+        m.d.comb += axi.rready.eq(reads.r_rdy & (~stage.valid | taken))
+        r_error = axi.rresp[1]
+        with m.If(axi.rvalid & axi.rready):
+            last = r_index == rhead.beats - 1
+            m.d.sync += r_index.eq(Mux(last, 0, r_index + 1))
+            m.d.comb += reads.r_en.eq(last)
+            m.d.sync += [stage.valid.eq(~r_error & ~self.abort), stage.target.eq(rhead.target),
+                         stage.addr.eq(self._word_of(r_local) + r_off + rhead.delta),
+                         stage.data.eq(axi.rdata >> (r_off * WORD)), stage.mask.eq(r_mask >> r_off)]
+        with m.Elif(taken):
+            m.d.sync += stage.valid.eq(0)
+        for port, target in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
+            m.d.comb += [port.en.eq(stage.valid & (stage.target == target) & ~self.abort), port.addr.eq(stage.addr),
+                         port.data.eq(stage.data), port.mask.eq(stage.mask)]
+        m.d.comb += [self.beats.valid.eq(stage.valid & (stage.target == Target.STREAM) & ~self.abort),
+                     self.beats.payload.addr.eq(stage.addr), self.beats.payload.data.eq(stage.data),
+                     self.beats.payload.mask.eq(stage.mask)]
+
+        # --- writes: ABUF words -> shifted into place -> W beats; B responses ---------------------------------------
+        whead = burst(writes.r_data)
+        w_index = Signal(8)
+        w_local, w_off, w_mask = self._lanes(m, whead, w_index, name="w")
+        m.d.comb += self.from_abuf.addr.eq(self._word_of(w_local) + w_off + whead.delta)
+        w_beat = data.StructLayout({"data": B * WORD, "strb": 2 * B, "last": 1})
+        w_depth = 4
+        m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=w_beat.size, depth=w_depth)
+        fetched = Signal(data.StructLayout({"valid": 1, "off": range(B), "strb": 2 * B, "last": 1}))
+        fetch = writes.r_rdy & (w_fifo.level + fetched.valid < w_depth)
+        with m.If(fetch):
+            last = w_index == whead.beats - 1
+            m.d.sync += w_index.eq(Mux(last, 0, w_index + 1))
+            m.d.comb += writes.r_en.eq(last)
+        m.d.sync += [fetched.valid.eq(fetch), fetched.off.eq(w_off), fetched.last.eq(w_index == whead.beats - 1),
+                     fetched.strb.eq(Cat(*[Cat(w_mask[lane], w_mask[lane]) for lane in range(B)]))]
+        m.d.comb += [w_fifo.w_en.eq(fetched.valid),
+                     w_fifo.w_data.eq(Cat((self.from_abuf.data.as_value() << (fetched.off * WORD))[:B * WORD],
+                                          fetched.strb, fetched.last))]
+        w_out = w_beat(w_fifo.r_data)
+        m.d.comb += [axi.wvalid.eq(w_fifo.r_rdy), axi.wdata.eq(w_out.data), axi.wstrb.eq(w_out.strb),
+                     axi.wlast.eq(w_out.last), w_fifo.r_en.eq(axi.wready)]
+
+        m.d.comb += [self.bus_error.eq((axi.rvalid & axi.rready & r_error) | (axi.bvalid & axi.bresp[1])),
+                     self.busy.eq(jobs.r_rdy | cur.valid | ar.valid | aw.valid | reads.r_rdy | stage.valid
+                                  | (writes_open != 0))]
+        return m
+
+
+class DMAUnit(wiring.Component):
+    """The DMA unit of `cfg`: LOAD, STORE and GATHER exactly as the functional simulator's `_copy` and
+    `_gather` (docs/isa.md, "Dma unit"): for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 +
+    r*src1_stride + j], with the transpose flag dst[dst + j*dst_stride + r]; GATHER reads row r's table row
+    from HBM at src1 + i*src1_stride, i the uint16 bits of src2[src2 + r] (ABUF or HOST).
+
+    Outside ports: `hbm0` .. `hbm{C-1}` (C = hbm_channels) and `host`, AXI4 masters of hbm_port_bits
+    (hw/core/axi.py), and the inputs `hbm_base` (a byte base per channel: channel c's local word w is at
+    hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
+    are multiples of the beat. Buffer ports: `abuf_src`, `abuf_dst`, `wbuf_dst` (vector_width words: the
+    on-chip copies and the transpose tile's columns), and per AXI port p `p_to_abuf`, `p_to_wbuf`,
+    `abuf_to_p` (beat-wide: hbm_port_bits / 16 words).
+
+    How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
+    cycle (a row of the off-chip block with the buffer address of its first word), broadcast to the HBM
+    engines or given to the host engine (`PortEngine`); each engine moves its part in full-length bursts with
+    hbm_outstanding in flight, into or out of its own buffer ports, so a long sequential LOAD runs every
+    HBM port at one beat per cycle. GATHER: one table-row job per index (indices from ABUF at one per two
+    cycles, or streamed from the host). Transposed LOAD from HBM/HOST: the on-chip transposed copy with its
+    tile filled by jobs, one beat per cycle from whichever engine (P source rows of up to P words, then P
+    columns drained). Transposed STORE: one job per word (one word per cycle).
+
+    Latency and throughput (uncontended, a memory answering L cycles after a request; `transfer_cycles`
+    estimates the busy cycles, exactly for sequential and strided transfers on the testbench's AxiRams): the
+    first job goes out the cycle after CHECK, its first burst request `PortEngine.request_cycles` (3) cycles
+    later, a read beat lands in its buffer `PortEngine.data_latency` (1) cycle after its R handshake, a write
+    burst's first W beat goes out `PortEngine.fetch_cycles` (2) after its request; every port moves one beat
+    (hbm_port_bits) per cycle as long as hbm_outstanding bursts cover L: C x hbm_port_bits / 16 words per
+    cycle on a long sequential LOAD or STORE (32 at sim-small, 1,024 at u280). On-chip copies as `cycles`.
+
+    Errors: the checks of every unit (interfaces.check_instruction), OUT_OF_RANGE for an ABUF/WBUF block past
+    its buffer, an HBM block past hbm_words, a HOST block past 2**32 and, while running, a gathered table row
+    past hbm_words; BUS for an SLVERR/DECERR response: the unit then issues no more bursts, writes nothing
+    more, waits for the bursts in flight and completes with the code (words already moved stay moved).
+
+    Preconditions it does not check (the compiler's copies meet them): the destination block does not overlap
+    the source block (nor GATHER's indices) unless exactly in place on chip; off-chip LOADs and GATHERs
+    write non-overlapping destination rows (their words arrive from several ports in any order); a
+    transposed copy of more than vector_width rows has non-overlapping destination rows.
     """
 
     opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.DMA)
 
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:
-            raise ValueError(f"the on-chip DMA needs vector_width >= 2, got {cfg.vector_width}")
+            raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
         self.cfg = cfg
         self.width = P = cfg.vector_width
+        self.beat_words = B = cfg.hbm_port_bits // WORD
         self.latency = READ_LATENCY + 1
         self.drain_latency = 1
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
+        self.ports = [f"hbm{c}" for c in range(cfg.hbm_channels)] + ["host"]
+        if cfg.hbm_interleave_words % B:
+            raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
+        hbm.check_rtl_map(cfg.hbm_channels, cfg.hbm_interleave_words)
         self.buffer_ports = {"abuf_src": (Space.ABUF, ReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P)),
                              "wbuf_dst": (Space.WBUF, WritePort(P))}
+        for port in self.ports:
+            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, WritePort(B)),
+                                      f"{port}_to_wbuf": (Space.WBUF, WritePort(B)),
+                                      f"abuf_to_{port}": (Space.ABUF, ReadPort(B))})
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
-                          **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
+                          **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
+                          **{port: Out(Axi4(cfg.hbm_port_bits)) for port in self.ports},
+                          "hbm_base": In(data.ArrayLayout(AXI_ADDRESS_BITS, cfg.hbm_channels)),
+                          "host_base": In(AXI_ADDRESS_BITS)})
 
+    # --- cycles ------------------------------------------------------------------------------------------------
     def steps(self, rows: int, n: int, transpose: bool) -> int:
-        """Issue steps of a copy of `rows` x `n` words (see the class docstring)."""
+        """Issue steps of an on-chip copy of `rows` x `n` words (see `cycles`)."""
         P = self.width
         chunks = _ceil_div(n, P)
         if not transpose:
@@ -85,41 +336,146 @@ class OnChipDMA(wiring.Component):
         return chunks * (rows + groups) + groups * n
 
     def cycles(self, rows: int, n: int, transpose: bool) -> int:
-        """Busy cycles of a legal on-chip copy (`overhead` alone when rows or n is 0: ZERO_DIM)."""
+        """Busy cycles of a legal on-chip LOAD (`overhead` alone when rows or n is 0: ZERO_DIM).
+
+        Straight copies: one chunk of vector_width (P) words per cycle, rows * ceil(n / P) steps, then
+        `latency` (read, write register). Transposed copies go through a P x P register tile: for each group
+        of R <= P source rows and each chunk of C <= P columns, R fill steps (one source row each), one step
+        for the last row to land, and C drain steps (one destination row of R words each), then
+        `drain_latency`: about P / 2 words per cycle on full tiles, one destination row per cycle when rows = 1.
+        """
         if rows <= 0 or n <= 0:
             return self.overhead
         return self.overhead + self.steps(rows, n, transpose) + (self.drain_latency if transpose else self.latency)
 
+    job_start = 1
+    """Cycles from CHECK to the first job in the engines' queues (RUN's first cycle emits it)."""
+
+    def transfer_cycles(self, r, *, latency: int, indices=None) -> int:
+        """Estimated busy cycles of a legal off-chip LOAD, STORE or GATHER `r` (hw/resolved.Resolved) with
+        nothing else on the ports, on memories whose first beat (R, or B after the last W) comes `latency`
+        cycles after the handshake before it and then one beat per cycle. GATHER's table rows are `indices`
+        (default 0 .. rows - 1).
+
+        Model: jobs go out one per cycle (transposed STORE: one per word; GATHER: one per two cycles with ABUF
+        indices, after the index read with HOST ones); each port serves its beats (hw/hbm.py's map, 4 KiB
+        pages, AXI_MAX_BURST-beat bursts) one per cycle, and at most hbm_outstanding bursts per `latency` + 1
+        cycles; a read's last beat lands `PortEngine.data_latency` after it arrives, a write is done with the
+        B response after its last W beat. A transposed LOAD pays this per tile of up to P x P words, then
+        drains the tile's columns one per cycle. Bases are taken as page aligned."""
+        P = self.width
+        rows, n, transpose = r.rows, r.n, bool(r.flags.transpose)
+        if rows <= 0 or n <= 0:
+            return self.overhead
+        (x_space, x_base), x_stride = (r.dst, r.dst_stride) if r.op is Opcode.STORE else (r.src1, r.src1_stride)
+        host = x_space is Space.HOST
+        start = self.overhead + self.job_start
+        if r.op is Opcode.LOAD and transpose:   # per tile: its jobs, their words in the tile, the drain
+            total = self.overhead + self.drain_latency
+            for r0 in range(0, rows, P):
+                for c0 in range(0, n, P):
+                    R, C = min(P, rows - r0), min(P, n - c0)
+                    starts = [x_base + (r0 + i) * x_stride + c0 for i in range(R)]
+                    total += (self.job_start + self._serve(starts, C, latency, host, jobs=R)
+                              + PortEngine.read_cycles(latency) + C)
+            return total
+        if r.op is Opcode.GATHER:
+            table = range(rows) if indices is None else indices
+            starts, length = [x_base + int(i) * x_stride for i in table], n
+            if r.src2[0] is Space.HOST:     # the index read, then one job a cycle
+                start += PortEngine.read_cycles(latency) + 1
+                jobs = rows
+            else:                           # each index read one cycle before its job
+                start += 1
+                jobs = 2 * rows - 1
+        elif r.op is Opcode.STORE and transpose:
+            starts, length, jobs = [x_base + j * x_stride + k for j in range(n) for k in range(rows)], 1, rows * n
+        else:
+            starts, length, jobs = [x_base + k * x_stride for k in range(rows)], n, rows
+        serve = self._serve(starts, length, latency, host, jobs=jobs)
+        if r.op is Opcode.STORE:
+            return start + serve + PortEngine.write_cycles(latency)
+        return start + serve + PortEngine.read_cycles(latency)
+
+    def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int) -> int:
+        """Cycles from the first job's to the last one's, or from the first beat to the last, of the rows
+        [start, start + length) (see transfer_cycles)."""
+        cfg, B = self.cfg, self.beat_words
+        starts = np.asarray(starts, dtype=np.int64)
+        page_beats = AXI_PAGE_BYTES // (2 * B)
+        busiest = 0
+        for port in range(1 if host else cfg.hbm_channels):
+            lo, hi = (starts, starts + length) if host else hbm.local_range(port, starts, starts + length, cfg)
+            used = lo < hi
+            first, last = lo[used] // B, (hi[used] - 1) // B
+            beats = int((last - first + 1).sum())
+            pages = last // page_beats - first // page_beats + 1
+            bursts = int(np.maximum(pages, -(-(last - first + 1) // AXI_MAX_BURST)).sum())
+            busiest = max(busiest, beats, _ceil_div(bursts * (latency + 1), cfg.hbm_outstanding))
+        return max(busiest, jobs) - 1
+
+    # --- the unit ------------------------------------------------------------------------------------------------
     def elaborate(self, platform):
         m = Module()
-        cfg, P = self.cfg, self.width
+        cfg, P, B = self.cfg, self.width, self.beat_words
         lp = _log2(P)
+        C = cfg.hbm_channels
+        engines = [PortEngine(cfg, c) for c in range(C)] + [PortEngine(cfg, None)]
+        hbm_engines, host_engine = engines[:C], engines[C]
+        for index, (port, engine) in enumerate(zip(self.ports, engines)):
+            m.submodules[f"{port}_engine"] = engine
+            wiring.connect(m, engine.axi, wiring.flipped(getattr(self, port)))
+            wiring.connect(m, engine.to_abuf, wiring.flipped(getattr(self, f"{port}_to_abuf")))
+            wiring.connect(m, engine.to_wbuf, wiring.flipped(getattr(self, f"{port}_to_wbuf")))
+            wiring.connect(m, engine.from_abuf, wiring.flipped(getattr(self, f"abuf_to_{port}")))
+            m.d.comb += engine.base.eq(self.hbm_base[index] if index < C else self.host_base)
 
         held = Signal(IssueLayout)
         r = resolve(m, held)
         inst = held.inst
-        (s_dst, dst), (_, src1) = r["dst"], r["src1"]
+        (s_dst, dst), (s_src1, src1), (s_src2, src2) = r["dst"], r["src1"], r["src2"]
         rows, n = r["rows"], r["n"]
         sd, s1 = r["dst_stride"], r["src1_stride"]
         transpose = inst.flags.transpose
 
-        # --- checks -------------------------------------------------------------------------
-        checks = check_instruction(m, inst, self.opcodes)
-        off_chip = Cat(*[(inst[o].space == Space.HBM) | (inst[o].space == Space.HOST) for o in OPERANDS]).any()
-        dst_rows, dst_cols = Mux(transpose, n, rows), Mux(transpose, rows, n)
-        in_range = (block_fits(src1, rows, n, s1, cfg.abuf_words)
-                    & Mux(s_dst == Space.WBUF, block_fits(dst, dst_rows, dst_cols, sd, cfg.wbuf_words),
-                          block_fits(dst, dst_rows, dst_cols, sd, cfg.abuf_words)))
-        code = error_code(m, checks, zero_dim=(rows == 0) | (n == 0), out_of_range=~in_range, off_chip=off_chip)
+        # --- what the instruction is --------------------------------------------------------------------------
+        is_load, is_store, is_gather = (inst.opcode == op for op in (Opcode.LOAD, Opcode.STORE, Opcode.GATHER))
+        on_chip = is_load & (s_src1 == Space.ABUF)
+        x_space = Mux(is_store, s_dst, s_src1)          # the off-chip operand's space
+        x_hbm = x_space == Space.HBM
+        tile_mode = is_load & transpose                  # on or off chip: through the tile
+        word_jobs = is_store & transpose                 # one job per word
+        host_indices = is_gather & (s_src2 == Space.HOST)
 
-        # --- control --------------------------------------------------------------------------
+        # --- checks -------------------------------------------------------------------------------------------------
+        checks = check_instruction(m, inst, self.opcodes)
+
+        def fits(space, base, block_rows, block_cols, stride):
+            sizes = {Space.ABUF: cfg.abuf_words, Space.WBUF: cfg.wbuf_words, Space.HBM: cfg.hbm_words,
+                     Space.HOST: 1 << ADDRESS_BITS}
+            result = 0
+            for sp, size in sizes.items():
+                result = Mux(space == sp, block_fits(base, block_rows, block_cols, stride, size), result)
+            return result
+
+        dst_rows, dst_cols = Mux(transpose, n, rows), Mux(transpose, rows, n)
+        in_range = (fits(s_dst, dst, dst_rows, dst_cols, sd)
+                    & Mux(is_gather, fits(s_src2, src2, 1, rows, 0), fits(s_src1, src1, rows, n, s1)))
+        code = error_code(m, checks, empty=(rows == 0) | (n == 0), out_of_range=~in_range)
+
+        # --- control ----------------------------------------------------------------------------------------------------
         chunks = Signal(32)
         error = Signal(ErrorCode)
         cycles = Signal(32)
         issued_all = Signal()
         written = Signal(64)
         expected = Signal(64)
-        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles + 1)]
+        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1)]
+        abort = Signal()
+        m.d.comb += abort.eq(error != ErrorCode.NONE)
+        m.d.comb += [engine.abort.eq(abort) for engine in engines]
+        bus_error = Cat(engine.bus_error for engine in engines).any()
+        engines_busy = Cat(engine.busy for engine in engines).any()
 
         cur_r = Signal(32)      # straight: the row; transposed: the first row of the tile (r0)
         t = Signal(32)          # the column chunk
@@ -135,9 +491,32 @@ class OnChipDMA(wiring.Component):
         cols_left = n - (t << lp)
         tile_cols = Signal(range(P + 1))
         m.d.comb += tile_cols.eq(Mux(cols_left > P, P, cols_left))
-        straight = running & ~transpose
-        fill = running & transpose & (phase == FILL)
-        drain = running & transpose & (phase == DRAIN)
+        straight = running & on_chip & ~transpose
+        fill = running & tile_mode & (phase == FILL)
+        drain = running & tile_mode & (phase == DRAIN)
+        tile_full = Signal()
+        jobs_ready = Signal()
+        fill_step = fill & (on_chip | jobs_ready)
+
+        # the row-job generator (off-chip straight LOAD/STORE, GATHER, transposed STORE): an outer loop `u` and
+        # an inner loop `v` over the off-chip address `x_addr` and the buffer address `b_addr`
+        u, v = Signal(32), Signal(32)
+        x_row, b_row, x_addr, b_addr = (Signal(ADDRESS_BITS, name=name) for name in ("x_row", "b_row", "x_addr", "b_addr"))
+        x0, b0 = Mux(is_store, dst, src1), Mux(is_store, src1, dst)
+        x_outer, b_outer = Mux(word_jobs, sd, Mux(is_store, sd, s1)), Mux(word_jobs, 1, Mux(is_store, s1, sd))
+        x_inner, b_inner = 1, s1
+        outer_count, inner_count = Mux(word_jobs, n, rows), Mux(word_jobs, rows, 1)
+        generating = running & ~on_chip & ~tile_mode
+        index_job = Signal()     # GATHER with host indices: the index read is still to be sent
+        index_valid, index = Signal(), Signal(WORD)
+        table_row = Signal(ADDRESS_BITS + 2 * WORD + 8)
+        m.d.comb += table_row.eq(src1 + index * s1)
+        table_bad = is_gather & (table_row + n > cfg.hbm_words)
+        index_ok = ~is_gather | (index_valid & ~table_bad)
+        emit_wanted = generating & ~index_job & index_ok & ~abort
+        emit = emit_wanted & jobs_ready
+        range_fault = generating & is_gather & ~index_job & index_valid & table_bad & ~abort
+        done_ready = Signal()
 
         with m.FSM():
             accept_states(m, self, held, cycles)
@@ -146,7 +525,8 @@ class OnChipDMA(wiring.Component):
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks),
                              expected.eq(Mux(transpose, ((rows + P - 1) >> lp) * n, rows * n_chunks)),
                              cur_r.eq(0), t.eq(0), i.eq(0), j.eq(0), phase.eq(FILL), written.eq(0),
-                             issued_all.eq(0)]
+                             issued_all.eq(0), u.eq(0), v.eq(0), x_row.eq(x0), x_addr.eq(x0), b_row.eq(b0),
+                             b_addr.eq(b0), index_job.eq(host_indices)]
                 with m.If(code == ErrorCode.NONE):
                     m.d.sync += running.eq(1)
                     m.next = "RUN"
@@ -160,11 +540,11 @@ class OnChipDMA(wiring.Component):
                         m.d.sync += cur_r.eq(cur_r + 1)
                         with m.If(cur_r + 1 == rows):
                             m.d.sync += [running.eq(0), issued_all.eq(1)]
-                with m.If(fill):
+                with m.If(fill_step):
                     m.d.sync += i.eq(i + 1)
                     with m.If(i + 1 == tile_rows):
                         m.d.sync += [i.eq(0), phase.eq(WAIT)]
-                with m.If(running & transpose & (phase == WAIT)):
+                with m.If(running & tile_mode & (phase == WAIT) & (on_chip | tile_full)):
                     m.d.sync += [j.eq(0), phase.eq(DRAIN)]
                 with m.If(drain):
                     m.d.sync += j.eq(j + 1)
@@ -176,40 +556,120 @@ class OnChipDMA(wiring.Component):
                                 m.d.sync += [running.eq(0), issued_all.eq(1)]
                         with m.Else():
                             m.d.sync += t.eq(t + 1)
-                with m.If(issued_all & (written == expected)):
+                with m.If(emit):
+                    with m.If(v + 1 < inner_count):
+                        m.d.sync += [v.eq(v + 1), x_addr.eq(x_addr + x_inner), b_addr.eq(b_addr + b_inner)]
+                    with m.Else():
+                        m.d.sync += [v.eq(0), u.eq(u + 1), x_row.eq(x_row + x_outer), b_row.eq(b_row + b_outer),
+                                     x_addr.eq(x_row + x_outer), b_addr.eq(b_row + b_outer)]
+                        with m.If(u + 1 == outer_count):
+                            m.d.sync += [running.eq(0), issued_all.eq(1)]
+                with m.If(range_fault):
+                    m.d.sync += error.eq(ErrorCode.OUT_OF_RANGE)
+                with m.If(bus_error & ~abort):
+                    m.d.sync += error.eq(ErrorCode.BUS)
+                with m.If(abort):
+                    m.d.sync += [running.eq(0), issued_all.eq(1)]
+                with m.If(issued_all & done_ready):
                     m.next = "DONE"
             done_state(m, self, running, issued_all)
 
-        # --- read (cycle c), data (c + 1) --------------------------------------------------------
+        # --- jobs to the engines --------------------------------------------------------------------------------------
         col = t << lp
         src_row = Mux(transpose, cur_r + i, cur_r)
-        m.d.comb += self.abuf_src.addr.eq(src1 + src_row * s1 + col)
+        tile_source = Signal(ADDRESS_BITS)       # the source row piece a fill step reads (on chip) or asks for
+        m.d.comb += tile_source.eq(src1 + src_row * s1 + col)
+        job = Signal(JobLayout)
+        with m.If(index_job):
+            m.d.comb += [job.target.eq(Target.STREAM), job.lo.eq(src2), job.hi.eq(src2 + rows)]
+        with m.Elif(tile_mode):
+            m.d.comb += [job.target.eq(Target.STREAM), job.lo.eq(tile_source), job.hi.eq(tile_source + tile_cols),
+                         job.delta.eq((i << lp) - tile_source)]
+        with m.Else():
+            lo = Mux(is_gather, table_row, x_addr)
+            m.d.comb += [job.write.eq(is_store), job.target.eq(Mux(s_dst == Space.WBUF, Target.WBUF, Target.ABUF)),
+                         job.lo.eq(lo), job.hi.eq(lo + Mux(word_jobs, 1, n)), job.delta.eq(b_addr - lo)]
+        offer_rows = (fill & ~on_chip) | emit_wanted
+        to_host = running & ~abort & (index_job | (offer_rows & ~x_hbm))
+        to_hbm = running & ~abort & ~index_job & offer_rows & x_hbm
+        hbm_ready = Cat(engine.job.ready for engine in hbm_engines).all()
+        m.d.comb += jobs_ready.eq(Mux(to_hbm, hbm_ready, host_engine.job.ready))
+        for engine in hbm_engines:
+            m.d.comb += [engine.job.payload.eq(job), engine.job.valid.eq(to_hbm & hbm_ready)]
+        m.d.comb += [host_engine.job.payload.eq(job), host_engine.job.valid.eq(to_host)]
+        with m.If(index_job & host_engine.job.ready & ~abort):
+            m.d.sync += index_job.eq(0)
+
+        # --- GATHER's indices: from ABUF (abuf_src, one per two cycles) or from the host engine's beats -----------------
+        fresh = Signal()        # abuf_src.data holds the index of row u
+        m.d.sync += fresh.eq(running & ~emit)
+        m.submodules.indices = indices = fifo.SyncFIFO(width=beat_layout(B).size, depth=2)
+        head = beat_layout(B)(indices.r_data)
+        lane = Signal(range(B))
+        m.d.comb += [indices.w_data.eq(host_engine.beats.payload), indices.w_en.eq(host_engine.beats.valid & is_gather)]
+        with m.If(host_indices):
+            m.d.comb += [index_valid.eq(indices.r_rdy & head.mask.bit_select(lane, 1)), index.eq(head.data[lane])]
+        with m.Else():
+            m.d.comb += [index_valid.eq(fresh), index.eq(self.abuf_src.data[0])]
+        lane_last = (lane == B - 1) | ~(head.mask >> (lane + 1))[0]
+        with m.If(~running | ~host_indices):
+            m.d.comb += indices.r_en.eq(1)
+        with m.Elif(emit):
+            m.d.sync += lane.eq(Mux(lane_last, 0, lane + 1))
+            m.d.comb += indices.r_en.eq(lane_last)
+
+        # --- on chip: read (cycle c), data (c + 1) ------------------------------------------------------------------------
+        m.d.comb += self.abuf_src.addr.eq(Mux(is_gather, src2 + u, tile_source))
         dst_addr = Signal(32)
         m.d.comb += dst_addr.eq(dst + Mux(transpose, col + j, cur_r) * sd + Mux(transpose, cur_r, col))
         lane_mask = Signal(P)
-        m.d.comb += [lane_mask[lane].eq(col + lane < n) for lane in range(P)]
+        m.d.comb += [lane_mask[k].eq(col + k < n) for k in range(P)]
         step = Signal(data.StructLayout({"valid": 1, "fill": 1, "i": range(P), "addr": 32, "mask": P}))
-        m.d.comb += [step.valid.eq(straight), step.fill.eq(fill), step.i.eq(i), step.addr.eq(dst_addr),
+        m.d.comb += [step.valid.eq(straight), step.fill.eq(fill & on_chip), step.i.eq(i), step.addr.eq(dst_addr),
                      step.mask.eq(lane_mask)]
         step1 = pipe(m, step, READ_LATENCY, name="step1")
         got = self.abuf_src.data
 
-        # --- the transpose tile: rows filled from reads, columns drained by shifting left -------------
+        # --- the transpose tile: rows filled from reads or engine beats, columns drained by shifting left -----------
+        requests = [engine.beats.valid & tile_mode for engine in engines]
+        grants = [req & ~Cat(*requests[:k]).any() if k else req for k, req in enumerate(requests)]
+        for engine, grant in zip(engines, grants):
+            m.d.comb += engine.beats.ready.eq(grant)
+        m.d.comb += host_engine.beats.ready.eq(Mux(is_gather, indices.w_rdy, grants[-1]))
+        beat = Signal(beat_layout(B))
+        for engine, grant in zip(engines, grants):
+            with m.If(grant):
+                m.d.comb += beat.eq(engine.beats.payload)
+        tile_write = Cat(*grants).any()
+        tile_row, tile_col = beat.addr[lp:2 * lp], beat.addr[:lp]
+        placed = Signal(data.ArrayLayout(WORD, P))
+        placed_mask = Signal(P)
+        m.d.comb += [placed.eq((Cat(beat.data.as_value(), Const(0, P * WORD)) << (tile_col * WORD))[:P * WORD]),
+                     placed_mask.eq((Cat(beat.mask, Const(0, P)) << tile_col)[:P])]
+        filled = Signal(range(P * P + 1))
+        filled_next = Signal(range(P * P + B + 1))
+        m.d.comb += [filled_next.eq(filled + Mux(tile_write, sum(placed_mask[k] for k in range(P)), 0)),
+                     tile_full.eq(filled_next == tile_rows * tile_cols)]
+        m.d.sync += filled.eq(Mux(drain | ~running, 0, filled_next))
         tile = [[Signal(WORD, name=f"tile{row}_{c}") for c in range(P)] for row in range(P)]
         for row in range(P):
             with m.If(step1.fill & (step1.i == row)):
                 m.d.sync += [tile[row][c].eq(got[c]) for c in range(P)]
+            with m.Elif(tile_write & (tile_row == row)):
+                for c in range(P):
+                    with m.If(placed_mask[c]):
+                        m.d.sync += tile[row][c].eq(placed[c])
             with m.Elif(drain):
                 m.d.sync += [tile[row][c].eq(tile[row][c + 1] if c + 1 < P else 0) for c in range(P)]
         tile_mask = Signal(P)
         m.d.comb += [tile_mask[row].eq(row < tile_rows) for row in range(P)]
 
-        # --- write register -> ABUF or WBUF (one registered enable per buffer) ---------------------------
+        # --- write register -> ABUF or WBUF (one registered enable per buffer) ---------------------------------------
         wreg = Signal(data.StructLayout({"abuf": 1, "wbuf": 1, "addr": 32, "mask": P,
                                          "data": data.ArrayLayout(WORD, P)}))
         to_wbuf = s_dst == Space.WBUF
         m.d.sync += [wreg.abuf.eq(0), wreg.wbuf.eq(0)]
-        with m.If(step1.valid | drain):
+        with m.If((step1.valid | drain) & ~abort):
             m.d.sync += [wreg.abuf.eq(~to_wbuf), wreg.wbuf.eq(to_wbuf)]
         with m.If(step1.valid):
             m.d.sync += [wreg.addr.eq(step1.addr), wreg.mask.eq(step1.mask), wreg.data.eq(got)]
@@ -221,16 +681,27 @@ class OnChipDMA(wiring.Component):
                          port.en.eq(enable)]
         with m.If(wreg.abuf | wreg.wbuf):
             m.d.sync += written.eq(written + 1)
+
+        quiet = ~engines_busy & ~wreg.abuf & ~wreg.wbuf & ~step1.valid & ~step1.fill
+        m.d.comb += done_ready.eq(quiet & ((written == expected) | ~(on_chip | tile_mode) | abort))
         return m
 
 
 @functools.cache
-def _unit(cfg: ArchConfig) -> OnChipDMA:
-    unit = OnChipDMA(cfg)
+def dma_unit(cfg: ArchConfig) -> DMAUnit:
+    """The DMA unit of `cfg`, built only to read its timing."""
+    unit = DMAUnit(cfg)
     unit._MustUse__silence = True
     return unit
 
 
 def onchip_cycles(cfg: ArchConfig, rows: int, n: int, transpose: bool) -> int:
     """Busy cycles of an on-chip LOAD on the RTL unit of `cfg` (what the cycle model charges)."""
-    return _unit(cfg).cycles(rows, n, bool(transpose))
+    return dma_unit(cfg).cycles(rows, n, bool(transpose))
+
+
+def transfer_cycles(cfg: ArchConfig, r, *, latency: int | None = None, indices=None) -> int:
+    """Estimated busy cycles of an off-chip LOAD, STORE or GATHER on the RTL unit of `cfg` with the ports to
+    itself (DMAUnit.transfer_cycles; `latency` defaults to cfg.hbm_latency_cycles)."""
+    return dma_unit(cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles if latency is None else latency,
+                                         indices=indices)

@@ -15,7 +15,7 @@ Checks every unit applies before it touches a buffer (`check_instruction`), deri
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,18 +44,19 @@ class ErrorCode(enum.Enum, shape=4):
     BAD_SPACE = 3
     """An operand names a memory space the opcode does not take there."""
     ZERO_DIM = 4
-    """A dimension the opcode uses (rows, n, k) resolves to zero."""
+    """A dimension that must not be zero resolves to zero (a MATMUL's k, a router op's rows)."""
     OUT_OF_RANGE = 5
     """An operand block runs past the end of its buffer (or past 2**32)."""
-    OFF_CHIP = 6
-    """A legal HBM or HOST operand of a DMA opcode: this build's DMA unit moves on-chip blocks only
-    (checked right after BAD_SPACE)."""
-    ILLEGAL = 7
+    ILLEGAL = 6
     """The fetched word is not an instruction (unknown opcode, or a field the opcode forbids): the
     controller stops the core at its pc."""
-    BUS = 8
+    BUS = 7
     """An AXI4 response was SLVERR or DECERR (an address outside the memory behind the port)."""
-    RING = 9
+    RING = 8
+    EMPTY = 9
+    """Not an error: rows or n resolves to zero, so the instruction does nothing, as in the functional
+    simulator (no address is checked). A unit takes its error path, writing nothing, and `reported` turns the
+    code into NONE on its Completion."""
     """A collective did not match the other cards' (rows, slices, or a RECV of the wrong size)."""
 
 
@@ -223,16 +224,19 @@ def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
     return {"wrong_unit": ~mine, "reserved": reserved, "bad_space": bad_space}
 
 
-def error_code(m: Module, checks: dict, *, zero_dim, out_of_range, off_chip=None, name: str = "err") -> Signal:
-    """The ErrorCode of the first failing check, in the order WRONG_UNIT, RESERVED, BAD_SPACE,
-    OFF_CHIP (only when `off_chip` is given), ZERO_DIM, OUT_OF_RANGE."""
+def error_code(m: Module, checks: dict, *, empty, out_of_range, zero_dim=0, name: str = "err") -> Signal:
+    """The ErrorCode of the first failing check, in the order WRONG_UNIT, RESERVED, BAD_SPACE, EMPTY (a no-op),
+    ZERO_DIM, OUT_OF_RANGE."""
     code = Signal(ErrorCode, name=name)
     order = [(checks["wrong_unit"], ErrorCode.WRONG_UNIT), (checks["reserved"], ErrorCode.RESERVED),
-             (checks["bad_space"], ErrorCode.BAD_SPACE)]
-    if off_chip is not None:
-        order.append((off_chip, ErrorCode.OFF_CHIP))
-    order += [(zero_dim, ErrorCode.ZERO_DIM), (out_of_range, ErrorCode.OUT_OF_RANGE)]
+             (checks["bad_space"], ErrorCode.BAD_SPACE), (empty, ErrorCode.EMPTY), (zero_dim, ErrorCode.ZERO_DIM),
+             (out_of_range, ErrorCode.OUT_OF_RANGE)]
     for index, (failed, value) in enumerate(order):
         with (m.If if index == 0 else m.Elif)(failed):
             m.d.comb += code.eq(value)
     return code
+
+
+def reported(error) -> "Value":
+    """The code a unit's Completion carries for its `error` register: NONE for EMPTY (a no-op)."""
+    return Mux(error == ErrorCode.EMPTY, ErrorCode.NONE, error)

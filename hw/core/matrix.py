@@ -34,7 +34,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve)
 
 FP16_ONE = 0x3C00
 FP16_NEG_ZERO = 0x8000
@@ -116,7 +116,7 @@ class MatrixUnit(wiring.Component):
                     & fits(s_dst, dst, rows, n, r["dst_stride"])
                     & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
                           Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
-        code = error_code(m, checks, zero_dim=(rows == 0) | (n == 0) | (k == 0), out_of_range=~in_range)
+        code = error_code(m, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, out_of_range=~in_range)
 
         # --- control --------------------------------------------------------------------------
         groups = Signal(32)
@@ -127,7 +127,7 @@ class MatrixUnit(wiring.Component):
         issued_all = Signal()
         written = Signal(64)
         maxes = Signal(32)
-        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles + 1)]
+        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1)]
 
         # issue iteration state
         set_r, set_g, cur_r, cur_g = (Signal(32, name=nm) for nm in ("set_r", "set_g", "cur_r", "cur_g"))

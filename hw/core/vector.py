@@ -35,7 +35,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
 SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
@@ -113,7 +113,7 @@ class VectorUnit(wiring.Component):
                     & ((s_src2 != Space.ABUF) | block_fits(src2, rows, Mux(b_scalar, 1, n), s2, size))
                     & ((s_aux != Space.ABUF) | block_fits(aux, rows, Mux(c_scalar, 1, n), sa, size)))
         checks = check_instruction(m, inst, self.opcodes)
-        code = error_code(m, checks, zero_dim=(rows == 0) | (n == 0), out_of_range=~in_range)
+        code = error_code(m, checks, empty=(rows == 0) | (n == 0), out_of_range=~in_range)
 
         # --- control --------------------------------------------------------------------------
         chunks = Signal(32)
@@ -122,7 +122,7 @@ class VectorUnit(wiring.Component):
         issued_all = Signal()
         written = Signal(64)
         expected = Signal(64)
-        m.d.comb += [self.status.error.eq(error), self.status.cycles.eq(cycles + 1)]
+        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1)]
 
         set_r, cur_r = Signal(32), Signal(32)
         remaining = Signal(32)
@@ -171,9 +171,11 @@ class VectorUnit(wiring.Component):
                      self.abuf_src2.addr.eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
                      self.abuf_aux.addr.eq(aux + cur_r * sa + Mux(c_scalar, 0, col))]
         beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
-                                         "first": 1, "last": 1}))
+                                         "first": 1, "last": 1, "sum": 1, "max": 1}))
+        # a beat carries its instruction's kind: a pipeline longer than the instruction's own still holds its
+        # beats when the next instruction starts, and must not take them for the next one's
         m.d.comb += [beat.valid.eq(issuing), beat.r.eq(cur_r), beat.t.eq(t), beat.ctx.eq(slot),
-                     beat.first.eq(t == 0), beat.last.eq(last_chunk)]
+                     beat.first.eq(t == 0), beat.last.eq(last_chunk), beat.sum.eq(is_sum), beat.max.eq(is_max)]
         beat1 = pipe(m, beat, READ_LATENCY, name="beat1")
         in_n = [((beat1.t << lv) + i) < n for i in range(V)]
         a = [self.abuf_src1.data[i] for i in range(V)]
@@ -223,7 +225,7 @@ class VectorUnit(wiring.Component):
                          tree.i.w[i].eq(Mux(in_n[i], Mux(opcode == Opcode.VDOT, b[i], FP16_ONE), 0))]
         acc = m.submodules.acc = TileAccumulator(self.contexts)
         tag = pipe(m, beat1, self.tree_latency, name="sum_tag")
-        m.d.comb += [acc.i.valid.eq(tag.valid & is_sum), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
+        m.d.comb += [acc.i.valid.eq(tag.valid & tag.sum), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
                      acc.i.payload.first.eq(tag.first), acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
         m.submodules.rows = row_fifo = fifo.SyncFIFO(width=32, depth=4 + self.latency["sum"])
         m.d.comb += [row_fifo.w_en.eq(issuing & is_sum & last_chunk), row_fifo.w_data.eq(cur_r),
@@ -243,7 +245,7 @@ class VectorUnit(wiring.Component):
             order_key(m, data.View(FP16, best), name="max_best")
         row_max = Signal(16)
         m.d.comb += row_max.eq(Mux(mtag.first | newer, Value.cast(maxer.o), best))
-        with m.If(mtag.valid):
+        with m.If(mtag.valid & mtag.max):
             m.d.sync += best.eq(row_max)
 
         # --- write ----------------------------------------------------------------------------
@@ -253,9 +255,10 @@ class VectorUnit(wiring.Component):
                          port.en.eq(sum_out.valid)]
         with m.Elif(is_max):
             m.d.comb += [port.addr.eq(dst + mtag.r * sd), port.data[0].eq(row_max), port.mask.eq(1),
-                         port.en.eq(mtag.valid & mtag.last)]
+                         port.en.eq(mtag.valid & mtag.max & mtag.last)]
         with m.Else():
-            m.d.comb += [port.addr.eq(dst + ew.r * sd + (ew.t << lv)), port.mask.eq(ew_mask), port.en.eq(ew.valid)]
+            m.d.comb += [port.addr.eq(dst + ew.r * sd + (ew.t << lv)), port.mask.eq(ew_mask),
+                         port.en.eq(ew.valid & ~ew.sum & ~ew.max)]
             m.d.comb += [port.data[i].eq(results[i]) for i in range(V)]
         with m.If(port.en):
             m.d.sync += written.eq(written + 1)

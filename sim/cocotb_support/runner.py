@@ -58,7 +58,11 @@ class Design:
     @property
     def label(self) -> str:
         name = self.component.rpartition(":")[2].lower()
-        return "-".join([name] + [f"{key}{value}" for key, value in self.params])
+
+        def short(value) -> str:  # long values (a whole config) by their hash, so paths stay short
+            text = str(value)
+            return text if len(text) <= 24 else hashlib.sha256(text.encode()).hexdigest()[:10]
+        return "-".join([name] + [f"{key}{short(value)}" for key, value in self.params])
 
 
 def verilator_bin() -> Path | None:
@@ -153,11 +157,14 @@ def _build_environment(sim: str, waves: bool):
 
 @functools.cache
 def verilog(design: Design) -> str:
-    """The design's Verilog, top module `top`."""
+    """The design's Verilog, top module `top`, followed by the modules it instantiates as black boxes (what
+    its `verilog_modules()` returns, when it has that method: e.g. one core converted once for a ring)."""
     from amaranth.back import verilog as back
 
     component = design.instantiate()
-    return back.convert(component, name=TOPLEVEL, emit_src=False)
+    text = back.convert(component, name=TOPLEVEL, emit_src=False)
+    modules = getattr(component, "verilog_modules", None)
+    return text + modules() if modules else text
 
 
 def waves_requested(option: bool = False) -> bool:

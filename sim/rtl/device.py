@@ -1,0 +1,211 @@
+"""RtlDevice: the RTL of every card's core, simulated in one process, behind the Device interface.
+
+The simulation (`RingTop`: one `hw.core.core.Core` per card, ring links closed, every AXI4 port answered
+by a cocotbext-axi `AxiRam`) runs as a cocotb test in a simulator process (`sim/rtl/server.py`) that
+serves commands over a local socket: load the image's programs and HBM contents into the memories,
+write and read host buffers, run every core from a token position until all halt. The process is built
+once per (design, simulator) in `sim_build/` and kept alive between runs, so ABUF and WBUF persist from
+run to run as on a board. Errors come back as the functional simulator's DeviceError subclasses, naming
+the card, the pc and the instruction.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Listener
+from pathlib import Path
+
+import numpy as np
+
+from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.isa import REG_MASK, format_instruction
+from ringgpt.sim.cocotb_support import runner
+from ringgpt.sim.functional.device import as_words, checked_cards
+from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, HostAccessError,
+                                           IllegalInstructionFault, NotLoadedError, RingDeadlockError,
+                                           SimulatorError)
+
+SERVER_ENV = "RINGGPT_RTL_SERVER"
+"""Environment variable that tells the server where to connect: 'address authkey-hex'."""
+DEFAULT_CYCLE_LIMIT = 1 << 24
+"""Cycles one run may take before the simulation stops it and reports where each core stands."""
+CONNECT_TIMEOUT_S = 1800
+"""How long to wait for the simulator to build and connect (a first Verilator build takes minutes)."""
+
+
+def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
+    """The simulated top for `config`: one core per card on a ring (ring links pausing at random)."""
+    return runner.Design.of("ringgpt.sim.rtl.top:RingTop", config=json.dumps(config.to_dict(), sort_keys=True),
+                            pause_links=pause_links)
+
+
+class RtlError(DeviceError):
+    """The RTL simulation itself failed (build, crash, lost connection): not a program fault."""
+
+
+def fault(card: int, pc: int, code: str, program: list, cycles: int) -> SimulatorError:
+    """The DeviceError for a core that stopped with ErrorCode `code` at `pc`."""
+    text = format_instruction(program[pc].inst) if 0 <= pc < len(program) else "past the last instruction"
+    problem = f"the core stopped with error {code} after {cycles} cycles"
+    if code == "ILLEGAL":
+        return IllegalInstructionFault(card, pc, text, problem)
+    if code == "RING":
+        return CollectiveMismatchError(problem, [(card, pc, text, "stopped")])
+    return AddressFault(card, pc, text, problem) if code in ("OUT_OF_RANGE", "BUS") else SimulatorError(
+        card, pc, text, problem)
+
+
+class RtlDevice(Device):
+    """`config.cards` RTL cores on a ring in one simulation (`simulator`: verilator or icarus)."""
+
+    def __init__(self, config: ArchConfig, simulator: str = "verilator", cycle_limit: int = DEFAULT_CYCLE_LIMIT,
+                 pause: bool = False):
+        """`pause`: the AxiRams and ring links take random pauses (for tests; slower)."""
+        reason = runner.missing_reason(simulator)
+        if reason:
+            raise RtlError(f"the rtl backend needs {simulator}: {reason}")
+        self.config, self.simulator, self.cycle_limit, self.pause = config, simulator, cycle_limit, pause
+        self._conn = None
+        self._thread = None
+        self._failure: BaseException | None = None
+        self._programs: list = []
+        self._host_words: list = []
+        self._runs = 0
+        self._last_error: str | None = None
+        self.last_counters: list = []
+        """Per card, the last run's counters from the core (cycles, busy cycles per unit)."""
+
+    # --- the simulator process ----------------------------------------------------------------------
+    def _start(self) -> None:
+        self.close()
+        folder = Path(tempfile.mkdtemp(prefix="ringgpt-rtl-"))
+        address, key = str(folder / "socket"), secrets.token_bytes(16)
+        listener = Listener(address, family="AF_UNIX", authkey=key)
+        env = {SERVER_ENV: f"{address} {key.hex()}"}
+
+        def simulate():
+            try:
+                runner.run_testbench(design_of(self.config, self.pause), "ringgpt.sim.rtl.server", self.simulator,
+                                     args={"pause": self.pause}, name="rtl-device", env=env)
+            except BaseException as exc:       # reported to the caller by _call
+                self._failure = exc
+            finally:
+                try:                           # unblock accept() if the simulator never connected
+                    from multiprocessing.connection import Client
+                    Client(address, family="AF_UNIX", authkey=key).close()
+                except OSError:
+                    pass
+
+        self._thread = threading.Thread(target=simulate, name="rtl-simulator", daemon=True)
+        self._thread.start()
+        listener._listener._socket.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            conn = listener.accept()
+        except OSError as exc:
+            raise RtlError(f"the {self.simulator} simulation did not connect: {exc}") from None
+        finally:
+            listener.close()
+        if self._failure is not None:
+            conn.close()
+            raise RtlError(f"the {self.simulator} simulation failed to start: {self._failure}")
+        self._conn = conn
+
+    def _call(self, *command):
+        if self._conn is None:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        try:
+            self._conn.send(command)
+            status, value = self._conn.recv()
+        except (EOFError, OSError):
+            self._conn = None
+            if self._thread is not None:
+                self._thread.join(timeout=60)
+            raise RtlError(f"the {self.simulator} simulation stopped during {command[0]}: {self._failure}") from None
+        if status != "ok":
+            raise RtlError(f"the {self.simulator} simulation failed in {command[0]}: {value}")
+        return value
+
+    # --- Device ---------------------------------------------------------------------------------------
+    def load(self, image) -> None:
+        """Checks the image as every back end does, (re)starts the simulation and fills the cores' memories."""
+        cards = checked_cards(image, self.config)
+        self._start()
+        self._programs = [card.program for card in cards]
+        self._host_words = [card.host_words for card in cards]
+        self._call("load", [{"program": [d.inst.encode() for d in card.program],
+                             "hbm": [(address, words.view(np.uint16)) for address, words in card.hbm_segments],
+                             "hbm_words": card.hbm_words, "host_words": card.host_words} for card in cards])
+
+    def _host_range(self, card: int, offset: int, count: int) -> None:
+        if not self._programs:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        if not (isinstance(card, (int, np.integer)) and 0 <= card < len(self._programs)):
+            raise HostAccessError(f"card {card!r} does not exist; cards are 0..{len(self._programs) - 1}")
+        size = self._host_words[card]
+        if not (offset >= 0 and count >= 0 and offset + count <= size):
+            raise HostAccessError(f"card {card}: host buffer words [{offset}, {offset + count}) lie "
+                                  f"outside its {size} words")
+
+    def write_host(self, card: int, offset: int, words) -> None:
+        words = as_words(words, HostAccessError, "host buffer words")
+        self._host_range(card, offset, words.size)
+        self._call("write_host", int(card), int(offset), words.view(np.uint16).copy())
+
+    def read_host(self, card: int, offset: int, count: int) -> np.ndarray:
+        self._host_range(card, offset, count)
+        return np.asarray(self._call("read_host", int(card), int(offset), int(count)), np.uint16).view(np.float16)
+
+    def run(self, pos: int, rows: int) -> RunStats:
+        """Runs every core with R1 = pos, R2 = rows until all halt; RunStats.cycles is the RTL's own count."""
+        for name, value in (("pos", pos), ("rows", rows)):
+            if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
+                raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
+        started = time.perf_counter()
+        result = self._call("run", int(pos), int(rows), self.cycle_limit)
+        self.last_counters = result["cards"]
+        stopped = [c for c in result["cards"] if c["error"] != "NONE"]
+        if stopped:
+            first = stopped[0]
+            exc = fault(first["card"], first["error_pc"], first["error"], self._programs[first["card"]],
+                        result["cycles"])
+            self._last_error = str(exc)
+            raise exc
+        if not result["halted"]:
+            states = [(c["card"], c["pc"], self._describe(c["card"], c["pc"]),
+                       "halted" if c["done"] else "still running") for c in result["cards"]]
+            exc = RingDeadlockError(f"the cores did not all halt within {self.cycle_limit} cycles", states)
+            self._last_error = str(exc)
+            raise exc
+        self._runs += 1
+        self._last_error = None
+        cfg = self.config
+        cycles = result["cycles"]
+        return RunStats(cycles=cycles, seconds=cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
+                        breakdown=dict(max(result["cards"], key=lambda c: c["cycles"])["busy"]),
+                        wall_seconds=time.perf_counter() - started)
+
+    def _describe(self, card: int, pc: int) -> str:
+        program = self._programs[card]
+        return format_instruction(program[pc].inst) if 0 <= pc < len(program) else "past the last instruction"
+
+    def status(self) -> DeviceStatus:
+        return DeviceStatus(f"RTL simulation ({self.simulator})", self.config.name, self.config.cards,
+                            bool(self._programs), self._runs, self._last_error)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(("quit",))
+                self._conn.recv()
+            except (EOFError, OSError):
+                pass
+            self._conn.close()
+            self._conn = None
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+            self._thread = None
+        self._programs = []
