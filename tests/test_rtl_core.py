@@ -1,15 +1,19 @@
 """Whole programs on the RTL: the compiler's programs for small synthetic GPT-2 models at sim-small, a prompt
 run then decode runs, on 1 core and on rings of 2 and 4 cores in one simulation (RtlDevice), with logits
-bit-identical to the functional simulator's; AXI memories and ring links pause at random."""
+bit-identical to the functional simulator's; AXI memories and ring links pause at random. Faults end with the
+simulator's errors."""
 import numpy as np
 import pytest
 
 from ringgpt.host.compiler import compile_model
+from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.core.datapath import small_config
+from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Program, Space
 from ringgpt.sim.functional import SimulatorDevice
+from ringgpt.sim.functional.errors import AddressFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.sim.rtl.device import RtlDevice
 
 PROMPT = [5, 17, 3, 60, 22]
@@ -35,3 +39,47 @@ def test_generation_is_bit_identical_to_the_functional_simulator(case, sim):
         device.close()
     assert result.generated_ids == golden.generated_ids
     np.testing.assert_array_equal(result.logits, golden.logits)
+
+
+def _image(config, programs: list) -> ApplianceImage:
+    """An image of hand-written programs (one list of Instructions per card), 4,096 HBM and 64 host words."""
+    return ApplianceImage(config, [CardImage(Program(p, config.name, config.hash, card, config.cards),
+                                             hbm_words=4096, host_words=64) for card, p in enumerate(programs)])
+
+
+def _abuf(offset: int) -> Operand:
+    return Operand(Space.ABUF, 0, offset)
+
+
+FAULTS = {  # name: (programs of the two cards, the DeviceError, the card and pc it names)
+    "an address past ABUF": (
+        [[Instruction.make(Opcode.LOAD, dst=_abuf(0), src1=_abuf(4090), rows=Dim(0, 1), n=Dim(0, 16)),
+          Instruction.make(Opcode.HALT)], [Instruction.make(Opcode.HALT)]], AddressFault, 0, 0),
+    "mismatched all-gathers": (
+        [[Instruction.make(Opcode.ALLGATHER, dst=_abuf(0), src1=_abuf(100), rows=Dim(0, rows), n=Dim(0, 4),
+                           k=Dim(0, 4 * card), dst_stride=8, src1_stride=4), Instruction.make(Opcode.HALT)]
+         for card, rows in enumerate((2, 3))], CollectiveMismatchError, None, 0),
+    "a RECV nothing sends": (
+        [[Instruction.make(Opcode.RECV, dst=_abuf(0), rows=Dim(0, 1), n=Dim(0, 4), dst_stride=4),
+          Instruction.make(Opcode.HALT)], [Instruction.make(Opcode.HALT)]], RingDeadlockError, None, 0),
+}
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("fault", FAULTS)
+def test_faults_end_with_a_readable_error(fault, sim):
+    """A bad address, a mismatched collective and a ring that never delivers stop the run with the simulator's
+    DeviceError naming where the cores stopped; nothing hangs (the cycle limit bounds the last)."""
+    programs, error, card, pc = FAULTS[fault]
+    config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(2)
+    device = RtlDevice(config, simulator=sim, pause=True, cycle_limit=5000)
+    try:
+        device.load(_image(config, programs))
+        with pytest.raises(error) as caught:
+            device.run(0, 1)
+    finally:
+        device.close()
+    if card is not None:
+        assert (caught.value.card, caught.value.pc) == (card, pc)
+    else:
+        assert any(pc == stopped_pc for _, stopped_pc, _, _ in caught.value.cards)
