@@ -10,6 +10,7 @@ import pytest
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.core.dma import DMAUnit, onchip_cycles
+from ringgpt.hw.core.interfaces import timing_unit
 from ringgpt.hw.hbm import hbm_location, hbm_word, local_range
 from ringgpt.hw.isa import Flags, Opcode, Space
 from ringgpt.hw.resolved import Resolved
@@ -21,9 +22,7 @@ OFFCHIP = {"verilator": 60, "icarus": 20}
 
 
 def _unit(cfg) -> DMAUnit:
-    unit = DMAUnit(cfg)
-    unit._MustUse__silence = True
-    return unit
+    return timing_unit(DMAUnit, cfg)
 
 
 def test_cycles_formula():

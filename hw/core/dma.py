@@ -14,7 +14,6 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -27,7 +26,7 @@ from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort,
-                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve)
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 
 INCR = 1
@@ -527,11 +526,7 @@ class DMAUnit(wiring.Component):
                              cur_r.eq(0), t.eq(0), i.eq(0), j.eq(0), phase.eq(FILL), written.eq(0),
                              issued_all.eq(0), u.eq(0), v.eq(0), x_row.eq(x0), x_addr.eq(x0), b_row.eq(b0),
                              b_addr.eq(b0), index_job.eq(host_indices)]
-                with m.If(code == ErrorCode.NONE):
-                    m.d.sync += running.eq(1)
-                    m.next = "RUN"
-                with m.Else():
-                    m.next = "DONE"
+                run_or_refuse(m, code, running)
             with m.State("RUN"):
                 m.d.sync += cycles.eq(cycles + 1)
                 with m.If(straight):
@@ -687,21 +682,13 @@ class DMAUnit(wiring.Component):
         return m
 
 
-@functools.cache
-def dma_unit(cfg: ArchConfig) -> DMAUnit:
-    """The DMA unit of `cfg`, built only to read its timing."""
-    unit = DMAUnit(cfg)
-    unit._MustUse__silence = True
-    return unit
-
-
 def onchip_cycles(cfg: ArchConfig, rows: int, n: int, transpose: bool) -> int:
     """Busy cycles of an on-chip LOAD on the RTL unit of `cfg` (what the cycle model charges)."""
-    return dma_unit(cfg).cycles(rows, n, bool(transpose))
+    return timing_unit(DMAUnit, cfg).cycles(rows, n, bool(transpose))
 
 
 def transfer_cycles(cfg: ArchConfig, r, *, latency: int | None = None, indices=None) -> int:
     """Estimated busy cycles of an off-chip LOAD, STORE or GATHER on the RTL unit of `cfg` with the ports to
     itself (DMAUnit.transfer_cycles; `latency` defaults to cfg.hbm_latency_cycles)."""
-    return dma_unit(cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles if latency is None else latency,
+    return timing_unit(DMAUnit, cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles if latency is None else latency,
                                          indices=indices)

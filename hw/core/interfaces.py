@@ -15,6 +15,8 @@ Checks every unit applies before it touches a buffer (`check_instruction`), deri
 """
 from __future__ import annotations
 
+import functools
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
@@ -136,6 +138,24 @@ def accept_states(m: Module, unit, held, cycles) -> None:
         with m.If(unit.issue.valid):
             m.d.sync += [held.eq(unit.issue.payload), cycles.eq(1)]
             m.next = "CHECK"
+
+
+def run_or_refuse(m: Module, code, running) -> None:
+    """The end of a unit's CHECK state: a legal instruction (`code` NONE) starts running (RUN), any other code
+    (an error, or EMPTY) goes straight to DONE, writing nothing."""
+    with m.If(code == ErrorCode.NONE):
+        m.d.sync += running.eq(1)
+        m.next = "RUN"
+    with m.Else():
+        m.next = "DONE"
+
+
+@functools.cache
+def timing_unit(cls, cfg):
+    """A unit of class `cls` for `cfg`, built only to read its timing methods (never elaborated)."""
+    unit = cls(cfg)
+    unit._MustUse__silence = True
+    return unit
 
 
 def done_state(m: Module, unit, *clear) -> None:

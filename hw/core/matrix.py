@@ -34,7 +34,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
 FP16_NEG_ZERO = 0x8000
@@ -154,11 +154,7 @@ class MatrixUnit(wiring.Component):
                              pairs.eq(rows * ((n + L - 1) >> ll)), remaining.eq(rows * ((n + L - 1) >> ll)),
                              set_r.eq(0), set_g.eq(0), cur_r.eq(0), cur_g.eq(0), t.eq(0), slot.eq(0),
                              written.eq(0), maxes.eq(0), issued_all.eq(0)]
-                with m.If(code == ErrorCode.NONE):
-                    m.d.sync += running.eq(1)
-                    m.next = "RUN"
-                with m.Else():
-                    m.next = "DONE"
+                run_or_refuse(m, code, running)
             with m.State("RUN"):
                 m.d.sync += cycles.eq(cycles + 1)
                 m.d.sync += [cur_r.eq(nxt_r), cur_g.eq(nxt_g)]

@@ -15,7 +15,6 @@ n. Flow control is tready alone: a full receive queue holds tready low, nothing 
 """
 from __future__ import annotations
 
-import functools
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
@@ -26,7 +25,7 @@ from ringgpt.hw.isa import OPCODES, STRIDE_BITS, Opcode, Space, Unit
 
 from .axi import AxiStream
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort,
-                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve)
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 HEADER = data.StructLayout({"kind": Opcode, "origin": range(MAX_CARDS), "rows": ADDRESS_BITS,
                             "n": ADDRESS_BITS, "k": ADDRESS_BITS})
@@ -326,11 +325,7 @@ class Router(wiring.Component):
                              dst_span.eq((rows - 1) * sd), in_place.eq((own_dst == src1) & (sd == s1)),
                              own_pending.eq(send | gather), received.eq(0), forwarded.eq(0), rx_body.eq(0),
                              expect_origin.eq(Mux(self.card_id == 0, self.cards - 1, self.card_id - 1))]
-                with m.If(code == ErrorCode.NONE):
-                    m.d.sync += running.eq(1)
-                    m.next = "RUN"
-                with m.Else():
-                    m.next = "DONE"
+                run_or_refuse(m, code, running)
             with m.State("RUN"):
                 m.d.sync += cycles.eq(cycles + 1)
                 with m.If(own_pending & ~tx_busy):
@@ -354,13 +349,6 @@ class Router(wiring.Component):
         return m
 
 
-@functools.cache
-def _unit(cfg: ArchConfig) -> Router:
-    unit = Router(cfg)
-    unit._MustUse__silence = True
-    return unit
-
-
 def router_cycles(cfg: ArchConfig, op: Opcode, rows: int, n: int, **kwargs) -> int:
     """Busy cycles of an uncontended router instruction on the RTL unit of `cfg` (Router.cycles)."""
-    return _unit(cfg).cycles(op, rows, n, **kwargs)
+    return timing_unit(Router, cfg).cycles(op, rows, n, **kwargs)

@@ -35,7 +35,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve)
+                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
 SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
@@ -145,11 +145,7 @@ class VectorUnit(wiring.Component):
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks), remaining.eq(rows),
                              expected.eq(Mux(reduces, rows, rows * n_chunks)),
                              set_r.eq(0), cur_r.eq(0), t.eq(0), slot.eq(0), written.eq(0), issued_all.eq(0)]
-                with m.If(code == ErrorCode.NONE):
-                    m.d.sync += running.eq(1)
-                    m.next = "RUN"
-                with m.Else():
-                    m.next = "DONE"
+                run_or_refuse(m, code, running)
             with m.State("RUN"):
                 m.d.sync += [cycles.eq(cycles + 1), cur_r.eq(nxt_r)]
                 with m.If(running):
