@@ -1,7 +1,7 @@
 """Whole programs on the RTL: the compiler's programs for small synthetic GPT-2 models at sim-small, a prompt
 run then decode runs, on 1 core and on rings of 2 and 4 cores in one simulation (RtlDevice), with logits
 bit-identical to the functional simulator's; AXI memories and ring links pause at random. Faults end with the
-simulator's errors."""
+simulator's errors. On Icarus by default, on Verilator with -m slow (its build of the whole core is long)."""
 import numpy as np
 import pytest
 
@@ -12,6 +12,7 @@ from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Program, Space
+from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.functional.errors import AddressFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.sim.rtl.device import RtlDevice
@@ -26,6 +27,7 @@ CASES = {  # name: (model spec, cards)
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
 @pytest.mark.parametrize("case", CASES)
 def test_generation_is_bit_identical_to_the_functional_simulator(case, sim):
     spec, cards = CASES[case]
@@ -66,6 +68,7 @@ FAULTS = {  # name: (programs of the two cards, the DeviceError, the card and pc
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_faults_end_with_a_readable_error(fault, sim):
     """A bad address, a mismatched collective and a ring that never delivers stop the run with the simulator's
@@ -114,6 +117,7 @@ def _hazard_program(config) -> list:
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
 def test_hazards_across_units_give_the_simulators_result(sim):
     """Each dependent pair above would read or leave other data if the scoreboard let the second start early;
     with random AXI pauses the core's host buffer equals the functional simulator's."""

@@ -1,6 +1,7 @@
 """pytest options and fixtures for RTL tests: `--sim verilator|icarus|all` picks the simulators
 (default all; one that is not installed is skipped with the reason), `--waves` (or the environment
-variable RINGGPT_WAVES=1) dumps waveforms. A test that takes the `run_tb` fixture runs once per
+variable RINGGPT_WAVES=1) dumps waveforms. Tests of the whole core run on Icarus by default and on Verilator
+with -m slow (`SLOW_ON_VERILATOR`). A test that takes the `run_tb` fixture runs once per
 selected simulator and calls run_tb(design, test_module, **args)."""
 import pytest
 
@@ -16,14 +17,23 @@ def pytest_addoption(parser):
 
 
 def pytest_generate_tests(metafunc):
-    if "sim" in metafunc.fixturenames:
+    own = any(mark.args[0] == "sim" for mark in metafunc.definition.iter_markers("parametrize"))
+    if "sim" in metafunc.fixturenames and not own:
         choice = metafunc.config.getoption("sim")
         metafunc.parametrize("sim", SIMULATORS if choice == "all" else (choice,), indirect=True)
 
 
+SLOW_ON_VERILATOR = [pytest.param("icarus"), pytest.param("verilator", marks=pytest.mark.slow)]
+"""For `@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)`: tests of the whole core, whose
+Verilator build (C++ of the whole core) takes longer than the default suite can afford, run there with -m slow."""
+
+
 @pytest.fixture
 def sim(request) -> str:
-    """The simulator of this test instance; skips when it is not installed."""
+    """The simulator of this test instance; skips when it is not installed or not selected with --sim."""
+    choice = request.config.getoption("sim")
+    if choice not in ("all", request.param):
+        pytest.skip(f"--sim {choice}")
     reason = missing_reason(request.param)
     if reason:
         pytest.skip(reason)
