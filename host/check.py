@@ -242,9 +242,12 @@ def last_writer(programs: list, runs: list, card: int, pc: int, address: int) ->
         r = runs[card][found]
         if r.op is not Opcode.ALLGATHER:
             return Writer(card, found, str(programs[card][found]))
-        gathered = Writer(card, found, str(programs[card][found]))
         row, col = divmod(address - r.dst[1], r.dst_stride) if r.dst_stride else (0, address - r.dst[1])
-        source = next(c for c, (n, k) in enumerate(r.slices) if k <= col < k + n)
+        source = next((c for c, (n, k) in enumerate(r.slices) if k <= col < k + n), None)
+        if source is None:  # the column lies between this all-gather's slices (the compiler gathers piece by piece)
+            pc = found - 1
+            continue
+        gathered = Writer(card, found, str(programs[card][found]))
         ordinal = sum(1 for x in runs[card][:found] if x is not None and x.op is Opcode.ALLGATHER)
         source_pc = [at for at, x in enumerate(runs[source]) if x is not None and x.op is Opcode.ALLGATHER][ordinal]
         sr = runs[source][source_pc]

@@ -5,7 +5,9 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
+from transformers import GPT2LMHeadModel
 from test_reference_support import TINY
 
 from ringgpt.host import check, cli
@@ -13,10 +15,11 @@ from ringgpt.host.check import BOUNDS, CheckError, check_layers
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.device import Device, WatchUnsupportedError
 from ringgpt.host.image import ApplianceImage
-from ringgpt.host.reference.models import load_model
+from ringgpt.host.reference.models import load_model, synthetic_config
 from ringgpt.host.runtime import LOGITS_BOUND
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Opcode
+from ringgpt.hw.resolved import resolve_run, with_gather_slices
 from ringgpt.sim.functional import SimulatorDevice
 
 VOCAB = 512
@@ -92,6 +95,21 @@ def test_corrupted_weight_piece_is_caught_at_its_sub_block_and_traced_to_its_car
     verdict = report.verdict()
     assert verdict.startswith("PyTorch FP32 reference: FAIL")
     assert "first out of bound: L0.fc2" in verdict and f"card 1 pc {matmul_pc}: MATMUL" in verdict
+
+
+def test_last_writer_follows_piecewise_gathers_to_the_card_that_computed_the_column():
+    """An ALLGATHER's destination spans every column between its lowest and highest slice; a column in between
+    (another weight piece of a card, gathered piece by piece) came from an earlier ALLGATHER: the trace skips this
+    one. GPT-2 1.5B's widths on 4 cards: card 1's first MLP column is its own MATMUL's."""
+    with torch.device("meta"):
+        wide = GPT2LMHeadModel(synthetic_config("n_layer=1,n_embd=1600,n_head=25,vocab_size=2048"))
+    image = compile_model(wide, get_config("u280", 4))
+    programs = [check._instructions(c.program) for c in image.cards]
+    runs = with_gather_slices([resolve_run(code, card, 32, 1) for card, code in enumerate(programs)])
+    probe = probes_by_name(image, 0)["L0.fc"]
+    f0, _ = image.meta["partition"]["ffn"][1]
+    writer = check.last_writer(programs, runs, 0, probe["pc"], probe["addr"] + f0)
+    assert writer.card == 1 and writer.text.startswith("MATMUL") and "+gelu" in writer.text
 
 
 def test_patched_instruction_is_caught_at_its_pc(model):

@@ -2,13 +2,15 @@
 program per card, each card's HBM contents, the host layout). See docs/compiler.md."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
-from ringgpt.host.compiler.errors import CapacityError, CompileError
-from ringgpt.host.compiler.layout import STAT_WORDS, AbufPlan, CardShape, HbmMap, Stat, align_up, choose_abuf_plans
+from ringgpt.host.compiler.errors import CompileError
+from ringgpt.host.compiler.layout import (STAT_WORDS, AbufPlan, HbmMap, Stat, align_up, card_shapes,
+                                          choose_abuf_plans, gathered_spans, piece_spans)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -35,6 +37,9 @@ FIRST_FREE_REG = 7
 """R7 and up: pos * width for each head-group width (the first new row of a KV area's K)."""
 
 LAYER_SLICES = ("qkv", "proj", "fc", "fc2")
+GATHERED_SLICES = {"proj": ("embd", "n_embd"), "fc": ("ffn", "n_embd"), "fc2": ("embd", "n_inner")}
+"""The layer slices whose output columns are all-gathered on several cards, piece by piece: the partition field
+that splits their columns and the model dimension of their input."""
 
 
 @dataclass(frozen=True)
@@ -63,25 +68,16 @@ class Piece:
 
 
 def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, slot_words: int,
-               align: int, hbm_region: str = "layer weights") -> int:
-    """Cuts one weight slice (`ncols` columns of k words, + bias, at HBM word hbm_at) into the fewest pieces
-    that fit a weight-buffer slot, nearly equal and in whole `align` column groups; appends them to `pieces`
-    and returns the HBM word after the slice. A load never holds two slices, so its slot frees as soon as
-    the slice's matrix work is done, whatever the next slice waits for."""
+               align: int, hbm_region: str = "layer weights", spans: tuple | None = None) -> int:
+    """Cuts one weight slice (`ncols` columns of k words, + bias, at HBM word hbm_at) into pieces that fit a
+    weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces` and
+    returns the HBM word after the slice. A load never holds two slices, so its slot frees as soon as the
+    slice's matrix work is done, whatever the next slice waits for."""
     column_words = k + bias
-    if column_words > slot_words:
-        raise CapacityError(f"one weight column of {k} words does not fit a weight-buffer slot of {slot_words} "
-                            "words: use fewer weight-buffer slots")
-    if not ncols:
-        return hbm_at
-    count = -(-ncols * column_words // slot_words)
-    spans = split(ncols, count, align)
-    while any((b - a) * column_words > slot_words for a, b in spans):
-        count += 1
-        spans = split(ncols, count, align if count * align <= ncols else 1)
     layer, index, col = origin
-    for a, b in spans:
-        pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a), hbm_region))
+    for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
+        if b > a:
+            pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a), hbm_region))
     return hbm_at + ncols * column_words
 
 
@@ -153,10 +149,11 @@ class CardBuilder:
         self.pieces = []
         slot_words, align = ctx.slot_words, ctx.config.mpu_lanes
         self.stream_start = at = align_up(m.top, m.align)
+        gathered = {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()}
         for layer in range(dims.n_layer):
             for index in range(len(LAYER_SLICES)):
                 at = pack_slice(self.pieces, at, len(self.columns[index]), self.inputs[index], True,
-                                (layer, index, 0), slot_words, align)
+                                (layer, index, 0), slot_words, align, spans=gathered.get(index))
         self.stream_words = at - self.stream_start
         m.alloc("layer weights", self.stream_words, "weights")
         vocab = self.v1 - self.v0
@@ -239,18 +236,20 @@ class CardBuilder:
                 self._attention(layer, first_area)
             self._allgather(plan["BIG"], L + "attn", d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
             self._probe(L + "attn", plan["BIG"], d)
-            self._linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"] + self.e0, L + "proj", d)
-            self._allgather(plan["T"], L + "proj", d, self.e0, self.e1)
+            # Per-piece all-gathers stage a card's later pieces where nothing live is: in H (a LayerNorm output)
+            # once its last reader, the QKV or the first MLP layer's MATMUL, is issued; in T after LayerNorm 2.
+            self._gathered_linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"], L + "proj", d, self.e0,
+                                  plan["H"])
             self._probe(L + "proj", plan["T"], d)
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, L + "res1", (residual, L + "proj"))
             self._probe(L + "res1", plan["X"], d)
             self._layernorm(plan["X"], 0, L + "res1", plan["H"], L + "ln2", reg(ROWS), lnp + 2 * d,
                             L + "ln params", plan["S"])
-            self._linear((layer, 2), plan["H"], L + "ln2", d, plan["BIG"] + self.f0, L + "fc", n_inner, gelu=True)
-            self._allgather(plan["BIG"], L + "fc", n_inner, self.f0, self.f1)
+            self._gathered_linear((layer, 2), plan["H"], L + "ln2", d, plan["BIG"], L + "fc", n_inner, self.f0,
+                                  plan["T"], gelu=True)
             self._probe(L + "fc", plan["BIG"], n_inner)
-            self._linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"] + self.e0, L + "fc2", d)
-            self._allgather(plan["T"], L + "fc2", d, self.e0, self.e1)
+            self._gathered_linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"], L + "fc2", d, self.e0,
+                                  plan["H"])
             self._probe(L + "fc2", plan["T"], d)
             residual = L + "res2"
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, residual, (L + "res1", L + "fc2"))
@@ -334,18 +333,54 @@ class CardBuilder:
           n=d, dst_stride=d, src1_stride=d, writes=name, reads=(f"{name} normalised", params_name, params_name))
         self._probe(name, dst, d, rows="run" if src_reg == 0 else "last")
 
+    def _next_piece_of(self, origin: tuple) -> bool:
+        return self.stream.used < len(self.pieces) and self.pieces[self.stream.used].origin[:2] == origin
+
+    def _matmul(self, src: int, src_name: str, src_stride: int, dst: int, dst_stride: int, name: str, rows,
+                gelu: bool) -> None:
+        """dst (value `name`) = src @ the next weight piece (+ bias, GELU)."""
+        piece, address = self.stream.take()
+        bias = {"aux": wbuf(address + piece.cols * piece.k)} if piece.bias else {}
+        self.asm(Opcode.MATMUL, dst=abuf(dst), src1=abuf(src), src2=wbuf(address), **bias, rows=rows, n=piece.cols,
+                 k=piece.k, dst_stride=dst_stride, src1_stride=src_stride, src2_stride=piece.k,
+                 flags={"gelu": int(gelu)}, writes=name,
+                 reads=(src_name, piece.name) + ((piece.name,) if piece.bias else ()))
+        self.stream.fill()
+
     def _linear(self, origin: tuple, src: int, src_name: str, src_stride: int, dst: int, name: str,
                 dst_stride: int, rows=reg(ROWS), gelu: bool = False) -> None:
         """dst[:, local columns] (value `name`) = src @ W[:, columns] (+ bias, GELU) for the weight slice
         `origin` (layer, slice index), one MATMUL per piece (none when the card has no columns of it)."""
-        while self.stream.used < len(self.pieces) and self.pieces[self.stream.used].origin[:2] == origin:
-            piece, address = self.stream.take()
-            bias = {"aux": wbuf(address + piece.cols * piece.k)} if piece.bias else {}
-            self.asm(Opcode.MATMUL, dst=abuf(dst + piece.origin[2]), src1=abuf(src), src2=wbuf(address), **bias,
-                     rows=rows, n=piece.cols, k=piece.k, dst_stride=dst_stride, src1_stride=src_stride,
-                     src2_stride=piece.k, flags={"gelu": int(gelu)}, writes=name,
-                     reads=(src_name, piece.name) + ((piece.name,) if piece.bias else ()))
-            self.stream.fill()
+        while self._next_piece_of(origin):
+            column = self.pieces[self.stream.used].origin[2]
+            self._matmul(src, src_name, src_stride, dst + column, dst_stride, name, rows, gelu)
+
+    def _gathered_linear(self, origin: tuple, src: int, src_name: str, src_stride: int, dst: int, name: str,
+                         width: int, start: int, staging: int, gelu: bool = False) -> None:
+        """dst (value `name`, rows x width) = src @ W + b (GELU) for the weight slice `origin`, each card computing
+        its columns from `start` on, all-gathered piece by piece on several cards: every weight piece's ALLGATHER
+        follows its MATMUL, so the ring moves one piece's columns while the matrix unit computes the next and only
+        the last piece's exchange waits on the matrix unit. The first piece is written in place; the later ones
+        to blocks of their own in `staging` (dense rows, one after another), since the scoreboard takes an
+        ALLGATHER's destination to span every column between its lowest and highest slice, the card's own later
+        columns included. Every card cuts the slice into as many pieces (Context.gathered_pieces), so that the
+        cards' all-gathers meet; a card without a piece contributes nothing to that one."""
+        if self.ctx.config.cards == 1:
+            self._linear(origin, src, src_name, src_stride, dst + start, name, width, gelu=gelu)
+            return
+        first = 0
+        for chunk in range(len(self.ctx.gathered_pieces[origin[1]][self.card])):
+            block, stride, n, column, value = dst + start, width, 0, 0, name
+            if self._next_piece_of(origin):
+                piece = self.pieces[self.stream.used]
+                n, column = piece.cols, piece.origin[2]
+                if chunk:
+                    block, stride, value = staging + (column - first) * self.plan.max_rows, n, f"{name} own"
+                else:
+                    first = n
+                self._matmul(src, src_name, src_stride, block, stride, value, reg(ROWS), gelu)
+            self.asm(Opcode.ALLGATHER, dst=abuf(dst), src1=abuf(block), rows=reg(ROWS), n=n, k=start + column,
+                     dst_stride=width, src1_stride=stride, writes=name, reads=value)
 
     def _allgather(self, base: int, name: str, stride: int, start: int, stop: int) -> None:
         """Every card's columns [start, stop) of value `name` (rows x stride at base), gathered on all cards."""
@@ -484,6 +519,19 @@ class Context:
     ids_offset: int
     logits_offset: int
 
+    @functools.cached_property
+    def gathered_pieces(self) -> dict:
+        """On several cards, for each all-gathered layer slice (its index in LAYER_SLICES), every card's piece
+        spans (layout.gathered_spans: as many on every card); empty on one card."""
+        if self.config.cards == 1:
+            return {}
+        pieces = {}
+        for name, (spans, inputs) in GATHERED_SLICES.items():
+            column_words = getattr(self.dims, inputs) + 1  # weights and bias
+            pieces[LAYER_SLICES.index(name)] = gathered_spans(getattr(self.partition, spans), column_words,
+                                                              self.slot_words, self.config.mpu_lanes)
+        return pieces
+
 
 def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_slots: int = DEFAULT_WBUF_SLOTS,
                   kv_group: int | None = None, max_rows: int | None = None) -> ApplianceImage:
@@ -501,7 +549,7 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         if value is not None and value < 1:
             raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    shapes = [CardShape(h1 - h0, v1 - v0) for (h0, h1), (v0, v1) in zip(part.heads, part.vocab)]
+    shapes = card_shapes(part, dims.n_embd, config.wbuf_words // wbuf_slots, config.mpu_lanes)
     plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
                               kv_group, max_rows)
     max_rows = plans[0].max_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ringgpt.host.compiler.errors import CapacityError
+from ringgpt.host.compiler.partition import split
 
 STAT_WORDS = 8
 """Per-row statistics slots in the activation buffer (see Stat)."""
@@ -77,9 +78,9 @@ class AbufPlan:
     """Activation-buffer regions of one card (word addresses) for runs of up to max_rows tokens.
 
     Per-row regions (row stride in brackets): X residual stream [D], H LayerNorm output [D], T scratch and
-    projection outputs [D], S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered
-    attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the score areas [max_context] at
-    SCORES; later the gathered MLP hidden layer [n_inner] over all of it.
+    projection outputs [D] (sized for max(D, CardShape.staged_fc)), S statistics [STAT_WORDS], and BIG, reused
+    over a layer: first the gathered attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the
+    score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it.
     Fixed regions: LayerNorm parameters (two layers' worth, alternating), KV areas (each a head group's
     K [max_context x G hd] then V^T [G hd x max_context]), the final LayerNorm output and the logits.
     """
@@ -107,10 +108,50 @@ class CardShape:
     """What one card's activation-buffer plan depends on."""
     local_heads: int
     vocab_slice: int
+    staged_fc: int = 0
+    """The card's first-MLP-layer columns staged in T for their all-gathers: all but its first weight piece's on
+    several cards, none on one."""
 
 
-def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int) -> dict:
-    return {"X": d, "H": d, "T": d, "S": STAT_WORDS,
+def piece_spans(ncols: int, column_words: int, slot_words: int, align: int, count: int = 1) -> tuple:
+    """Column spans of the fewest pieces (at least `count`) that cut `ncols` columns of `column_words` words
+    into weight-buffer slots of `slot_words`: nearly equal, in whole `align` column groups where possible;
+    spans past the last column are empty."""
+    if column_words > slot_words:
+        raise CapacityError(f"one weight column of {column_words} words (with its bias) does not fit a weight-buffer "
+                            f"slot of {slot_words} words: use fewer weight-buffer slots")
+    count = max(count, -(-ncols * column_words // slot_words))
+    spans = split(ncols, count, align)
+    while any((b - a) * column_words > slot_words for a, b in spans):
+        count += 1
+        spans = split(ncols, count, align if count * align <= ncols else 1)
+    return spans
+
+
+def gathered_spans(spans: tuple, column_words: int, slot_words: int, align: int) -> list:
+    """For each card's share [start, stop) of an all-gathered slice, the column spans (from its start) of the weight
+    pieces it is cut into (piece_spans): as many on every card, the most that any card needs, so that the cards'
+    per-piece all-gathers meet (a card short of columns gets empty spans)."""
+    count = 1
+    while True:
+        pieces = [piece_spans(stop - start, column_words, slot_words, align, count) for start, stop in spans]
+        count = max(len(p) for p in pieces)
+        if all(len(p) == count for p in pieces):
+            return pieces
+
+
+def card_shapes(part, n_embd: int, slot_words: int, align: int) -> list:
+    """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill slots of slot_words
+    in whole `align` column groups."""
+    staged = [0] * part.cards
+    if part.cards > 1:
+        pieces = gathered_spans(part.ffn, n_embd + 1, slot_words, align)
+        staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
+    return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
+
+
+def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int, staged_fc: int) -> dict:
+    return {"X": d, "H": d, "T": max(d, staged_fc), "S": STAT_WORDS,
             "BIG": max(n_inner, d + qkv_width + score_areas * max_context)}
 
 
@@ -125,7 +166,7 @@ def plan_abuf(abuf_words: int, d: int, n_inner: int, head_dim: int, card: CardSh
     None when not even one row fits."""
     kv_group = min(kv_group, card.local_heads)
     qkv_width = 3 * card.local_heads * head_dim
-    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas)
+    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc)
     fixed = _fixed(d, head_dim, card, max_context, kv_group, kv_areas)
     if max_rows is None:
         max_rows = min(max_context, (abuf_words - sum(fixed.values())) // sum(per_row.values()))
@@ -183,7 +224,7 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
     if best is None:
         worst = max(cards, key=lambda c: (c.local_heads, c.vocab_slice))
         need = sum(_fixed(d, head_dim, worst, max_context, min(kv_group or 1, worst.local_heads), 1).values()) + sum(
-            _per_row(d, n_inner, 3 * worst.local_heads * head_dim, max_context, 1).values())
+            _per_row(d, n_inner, 3 * worst.local_heads * head_dim, max_context, 1, worst.staged_fc).values())
         raise CapacityError(f"the activation buffer ({abuf_words:,} words) cannot hold even one token's activations "
                             f"and one head group's KV cache for max_context={max_context} ({need:,} words): "
                             "lower max_context, use more cards or a smaller KV group")

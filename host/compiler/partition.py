@@ -55,8 +55,9 @@ def balance(total: int, base: list, align: int) -> tuple[Span, ...]:
     groups = -(-total // align)
     target = (sum(base) / align + groups) / len(base)
     sizes = [max(0, round(target - b / align)) for b in base]
-    while sum(sizes) > groups:
-        sizes[max(range(len(sizes)), key=lambda c: (base[c] / align + sizes[c], sizes[c]))] -= 1
+    while sum(sizes) > groups:  # take a group from the most loaded card that still has one
+        sizes[max((c for c in range(len(sizes)) if sizes[c]),
+                  key=lambda c: (base[c] / align + sizes[c], sizes[c]))] -= 1
     while sum(sizes) < groups:
         sizes[min(range(len(sizes)), key=lambda c: base[c] / align + sizes[c])] += 1
     spans, start = [], 0
