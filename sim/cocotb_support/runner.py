@@ -204,10 +204,11 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
 
 
 def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | None = None,
-                  waves: bool = False, name: str = "tb", env: dict | None = None) -> None:
+                  waves: bool = False, name: str = "tb", env: dict | None = None, quiet: bool = False) -> None:
     """Builds `design` for `sim` (cached) and runs the cocotb tests in `test_module` on it.
 
-    `args` reach the testbench as JSON in RINGGPT_TB_ARGS, `env` as environment variables. Each run gets its own directory under
+    `args` reach the testbench as JSON in RINGGPT_TB_ARGS, `env` as environment variables; `quiet` sends the
+    simulator's output to sim.log in the run's directory instead of stdout. Each run gets its own directory under
     the build (results.xml and, with waves, dump.vcd from Verilator or waves.fst from Icarus).
     Raises AssertionError naming that directory when a cocotb test fails or the simulator exits
     abnormally."""
@@ -225,7 +226,8 @@ def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | No
     try:
         results = runner.test(test_module=test_module, hdl_toplevel=TOPLEVEL, hdl_toplevel_lang="verilog",
                               build_dir=build_dir, test_dir=test_dir, extra_env=env, plusargs=plusargs,
-                              waves=waves, timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"))
+                              waves=waves, timescale=TIMESCALE, results_xml=str(test_dir / "results.xml"),
+                              log_file=test_dir / "sim.log" if quiet else None)
     except SystemExit as exc:
         raise AssertionError(f"{test_module} failed on {sim} (exit {exc.code}); "
                              f"results in {test_dir}") from None

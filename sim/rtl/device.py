@@ -90,7 +90,8 @@ class RtlDevice(Device):
         def simulate():
             try:
                 runner.run_testbench(design_of(self.config, self.pause), "ringgpt.sim.rtl.server", self.simulator,
-                                     args={"pause": self.pause}, name="rtl-device", env=env)
+                                     args={"pause": self.pause}, name="rtl-device", env=env,
+                                     quiet=True)
             except BaseException as exc:       # reported to the caller by _call
                 self._failure = exc
             finally:
