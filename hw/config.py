@@ -59,8 +59,8 @@ class ArchConfig:
     hbm_efficiency: float
     """Fraction of the AXI port bandwidth sustained on long sequential bursts."""
     hbm_latency_cycles: int
-    """Kernel cycles from a DMA request to its first data (paid once per instruction, overlapped with the
-    next instruction's transfer: see hbm_outstanding)."""
+    """Kernel cycles from an AXI read request (a DMA burst, an instruction fetch) to its first data, and from a
+    write burst's last beat to its response; it also sizes fetch's FIFO (hw/core/fetch.py)."""
     host_link_gbps: float
     """Host <-> card (PCIe) bandwidth."""
     launch_overhead_us: float
@@ -80,8 +80,8 @@ class ArchConfig:
     """Time a pseudo-channel loses per burst that does not continue the previous one (a row activation not
     hidden behind the stream): strided rows, transposed reads, gathers."""
     hbm_outstanding: int = 16
-    """Requests (bursts) one AXI port keeps in flight: a port's throughput is at most
-    hbm_outstanding bursts per hbm_latency_cycles."""
+    """Requests (bursts) one AXI port keeps in flight (hw/core/dma.py PortEngine): a port's throughput is at most
+    hbm_outstanding bursts per hbm_latency_cycles + 1."""
     hbm_ports: int = 0
     """DMA AXI ports (0: one per pseudo-channel). Port p serves channels c with c mod ports == p; traffic to a
     channel outside the port's switch group crosses the HBM switch's lateral links."""
@@ -89,8 +89,6 @@ class ArchConfig:
     """Pseudo-channels per mini-switch of the HBM subsystem (U280: 8 switches of 4 ports and 4 channels)."""
     hbm_crossing_efficiency: float = 0.5
     """Throughput of traffic that crosses the switch, relative to local traffic."""
-    dma_transpose_words: int = 256
-    """Words per cycle the DMA's transposing path writes (tile transposers of 32 x 32 words, 8 of them)."""
     # --- ring hop, built from its parts (docs/cycle-model.md "Ring") ---------------------------------------
     ring_phy_ns: float = 400.0
     """Aurora 64B/66B TX and RX cores and the transceivers of one hop, both ends."""
@@ -98,8 +96,6 @@ class ArchConfig:
     """One metre of QSFP28 direct-attach cable."""
     ring_cdc_cycles: int = 8
     """Kernel cycles of the two clock-domain crossings (kernel -> user_clk, user_clk -> kernel)."""
-    ring_router_cycles: int = 16
-    """Kernel cycles of the router itself: TX framing, RX reorder by card id, the write into ABUF."""
     ring_rx_buffer_bytes: int = 65536
     """Receive buffer per link (credit-based flow control): a step longer than it waits for credits."""
     # --- the host path (host/runtime/hostpath.py) -----------------------------------------------------------
@@ -134,7 +130,7 @@ class ArchConfig:
         require(0 < self.hbm_crossing_efficiency <= 1,
                 f"hbm_crossing_efficiency must be in (0, 1], got {self.hbm_crossing_efficiency}")
         require(self.hbm_switch_group >= 1, "hbm_switch_group must be at least 1")
-        require(min(self.ring_phy_ns, self.ring_cable_ns, self.ring_cdc_cycles, self.ring_router_cycles,
+        require(min(self.ring_phy_ns, self.ring_cable_ns, self.ring_cdc_cycles,
                     self.host_transfer_latency_us, self.launch_overhead_us, self.hbm_page_miss_ns) >= 0,
                 "latencies must not be negative")
 
@@ -186,8 +182,9 @@ class ArchConfig:
 
     @property
     def ring_latency_ns(self) -> float:
-        """One ring hop: transceivers and Aurora cores, cable, clock-domain crossings, the router's cycles."""
-        return self.ring_phy_ns + self.ring_cable_ns + (self.ring_cdc_cycles + self.ring_router_cycles) * 1e3 / self.clock_mhz
+        """What one ring hop adds to the router's own cycles (hw/core/router.py, Router.cycles on direct links):
+        transceivers and Aurora cores, cable, clock-domain crossings."""
+        return self.ring_phy_ns + self.ring_cable_ns + self.ring_cdc_cycles * 1e3 / self.clock_mhz
 
     @property
     def ring_latency_cycles(self) -> int:
@@ -229,7 +226,7 @@ PRESETS: dict[str, ArchConfig] = {
         abuf_words=1 << 18, wbuf_words=1 << 16, hbm_channels=4, hbm_port_bits=128,
         hbm_channel_mbytes=64, hbm_peak_gbps=6.4, hbm_efficiency=0.9, hbm_latency_cycles=32,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_phy_ns=260.0, ring_cdc_cycles=8,
-        ring_router_cycles=16, queue_depth=8),
+        queue_depth=8),
     # One core per Alveo U280 (docs/architecture.md justifies each figure): 16 lanes x 64 = 1,024
     # FP16 MACs per cycle, DFX's count: Yosys puts one 64-wide MAC tree (64 multipliers, 63 FP32
     # adders) at 41.8K LUTs, so 16 lanes take 51% of the U280's 1,304K LUTs (32 would not fit);

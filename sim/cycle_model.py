@@ -1,8 +1,8 @@
 """The cycle model: what every instruction costs on the micro-architecture (`instruction_cost`, the
-one place every cost formula lives, to be calibrated against RTL cycle counts), and how much of that
-the scoreboard lets overlap (`schedule`, a list scheduler over in-order unit queues, all cards
-jointly). Its input is the functional simulator's trace: each executed instruction with every
-register-relative field resolved (`Resolved`). Definitions: docs/cycle-model.md."""
+one place every cost formula lives, calibrated against the RTL's cycle counts: docs/rtl-calibration.md), and how
+much of that the controller and scoreboard let overlap (`schedule`, the RTL controller's in-order issue with
+fetch, unit queues and hazards, all cards jointly). Its input is the functional simulator's trace: each executed
+instruction with every register-relative field resolved (`Resolved`). Definitions: docs/cycle-model.md."""
 from __future__ import annotations
 
 import functools
@@ -11,22 +11,22 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
-from ringgpt.hw.resolved import Resolved, access_ranges
+from ringgpt.hw.resolved import ADDRESS_LIMIT, Resolved, access_ranges
 
 
 class Cost(NamedTuple):
     unit: Unit
     cycles: int
+    """Cycles the unit is busy with the instruction (the RTL's Completion.cycles: from taking it to `done`)."""
     hbm_bytes: int = 0
     ring_bytes: int = 0
     """Bytes this card puts on its outgoing ring link."""
     host_bytes: int = 0
-    latency: int = 0
-    """Cycles from the unit's release until the result is there (HBM: the request latency, overlapped with the
-    next instruction's transfer because the ports keep several requests in flight)."""
 
 
 def _ceil_div(a: float, b: float) -> int:
@@ -85,62 +85,104 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         spaces = (r.dst[0], r.src1[0])
         nbytes = 2 * words
         if Space.HBM in spaces:
-            return Cost(unit, hbm_transfer(r, cfg).cycles, hbm_bytes=nbytes, latency=cfg.hbm_latency_cycles)
+            return Cost(unit, dma_cycles(r, cfg), hbm_bytes=nbytes)
         if Space.HOST in spaces:
-            host_bytes_per_cycle = cfg.host_link_gbps * 1e3 / cfg.clock_mhz
-            return Cost(unit, _ceil_div(nbytes, host_bytes_per_cycle), host_bytes=nbytes)
+            return Cost(unit, dma_cycles(r, cfg), host_bytes=nbytes)
         # On chip (ABUF -> ABUF/WBUF): the RTL unit's own count (hw/core/dma.py: straight chunks of vector_width
         # words per cycle; transposed copies through a vector_width x vector_width tile).
-        from ringgpt.hw.core.dma import onchip_cycles
-        return Cost(unit, onchip_cycles(cfg, r.rows, r.n, r.flags.transpose))
-    # Router.
+        return Cost(unit, _modeled_dma(cfg).cycles(r.rows, r.n, bool(r.flags.transpose)))
+    # Router: the RTL unit's own cycles on direct links (hw/core/router.py), and what a board's link adds per hop.
+    from ringgpt.hw.core.router import router_cycles
     if r.op is Opcode.ALLGATHER:
-        if cfg.cards == 1:
-            return Cost(unit, 0)
-        largest = 2 * r.rows * max(n for n, _ in r.slices)
-        step = cfg.ring_latency_cycles + _ceil_div(largest, cfg.ring_bytes_per_cycle)
-        # In step s a card forwards the slice of card (id - s): every slice but its successor's.
+        in_place = r.src1 == (r.dst[0], r.dst[1] + r.k) and r.src1_stride == r.dst_stride
+        cycles = router_cycles(cfg, r.op, r.rows, r.n, slices=r.slices, card=r.card, in_place=in_place)
+        # In step s a card forwards the slice of card (id - s): every slice but its successor's; each step pays
+        # the hop and the largest slice's time on the link beyond one beat per cycle.
+        largest = r.rows * _ceil_div(max(n for n, _ in r.slices), cfg.vector_width)
         sent = 2 * r.rows * (sum(n for n, _ in r.slices) - r.slices[(r.card + 1) % cfg.cards][0])
-        return Cost(unit, (cfg.cards - 1) * step, ring_bytes=sent)
-    if r.op is Opcode.SEND:
-        return Cost(unit, cfg.ring_latency_cycles + _ceil_div(2 * words, cfg.ring_bytes_per_cycle),
-                    ring_bytes=2 * words)
-    # RECV: drain the link's receive buffer into the activation buffer.
-    return Cost(unit, _ceil_div(words, cfg.vector_width))
+        return Cost(unit, cycles + (cfg.cards - 1) * (cfg.ring_latency_cycles + link_excess(largest, cfg)),
+                    ring_bytes=sent)
+    cycles = router_cycles(cfg, r.op, r.rows, r.n)
+    if r.op is Opcode.SEND:     # the hop itself is the receiver's wait (schedule)
+        return Cost(unit, cycles + link_excess(r.rows * _ceil_div(r.n, cfg.vector_width), cfg), ring_bytes=2 * words)
+    return Cost(unit, cycles)   # RECV: the block queued at the receiver into ABUF
 
 
-# --- HBM: the pseudo-channels one DMA instruction touches (docs/cycle-model.md "HBM") ---------------------------
+def link_excess(beats: int, cfg: ArchConfig) -> int:
+    """Cycles a block of `beats` payload beats (and its header beat) takes on a ring link of ring_link_gbps beyond
+    the router's one beat per cycle (each beat is vector_width words)."""
+    sent = 1 + beats
+    return max(0, _ceil_div(sent * 2 * cfg.vector_width, cfg.ring_bytes_per_cycle) - sent)
 
-AXI_MAX_BURST_BYTES = 4096
-"""An AXI burst never crosses a 4 KiB boundary: one request moves at most this much."""
+
+# --- DMA: the RTL unit's transfer, served by HBM's pseudo-channels (docs/cycle-model.md "DMA and HBM") ---------
+
+def dma_cycles(r: Resolved, cfg: ArchConfig) -> int:
+    """Busy cycles of an off-chip LOAD, STORE or GATHER: the RTL unit's own count (hw/core/dma.py,
+    DMAUnit.transfer_cycles: job generation, bursts and requests in flight per AXI port, hbm_latency_cycles
+    per request) on memories that serve each port no faster than the physical HBM (`hbm_service`) or the host
+    link (host_link_gbps) do. GATHER's table rows are taken as consecutive (the indices are data)."""
+    return _modeled_dma(cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles)
 
 
-class HbmTransfer(NamedTuple):
-    """What one DMA instruction does to the HBM pseudo-channels (arrays indexed by channel)."""
-    cycles: int
-    """Kernel cycles the transfer occupies the DMA unit: the slowest channel, port or request window."""
+_SERVED_LIMIT = 1 << 14
+"""Port services one configuration remembers (the keys of long strided transfers are long tuples)."""
+
+
+@functools.cache
+def _modeled_dma(cfg: ArchConfig):
+    """DMAUnit of `cfg` whose per-port service (DMAUnit._serve: one beat per cycle, hbm_outstanding requests per
+    latency + 1 cycles, one job per cycle) is bounded below by the memory's own time for the same rows:
+    `hbm_service`, or the host buffer's bytes at host_link_gbps. Remembered by the rows' addresses modulo a
+    period of the HBM map that keeps every channel's beats, 4 KiB pages and bursts (C x C granules, enough of them
+    to move each channel's local addresses by whole pages), so the tiles of transposed LOADs and the layers'
+    alike transfers cost one computation."""
+    from ringgpt.hw.core.axi import AXI_PAGE_BYTES
+    from ringgpt.hw.core.dma import DMAUnit
+    c, g = cfg.hbm_channels, cfg.hbm_interleave_words
+    periods = {False: c * c * g * (AXI_PAGE_BYTES // math.gcd(2 * c * g, AXI_PAGE_BYTES)), True: AXI_PAGE_BYTES // 2}
+    host_rate = cfg.host_link_gbps * 1e3 / cfg.clock_mhz    # bytes per cycle
+    served: dict = {}
+
+    class ModeledDMA(DMAUnit):
+        def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int) -> int:
+            starts = np.asarray(starts, dtype=np.int64)
+            period = periods[host]
+            key = (tuple((starts - starts.min() // period * period).tolist()), length, latency, host, jobs)
+            if key not in served:
+                if len(served) >= _SERVED_LIMIT:
+                    served.clear()
+                engine = super()._serve(np.array(key[0]), length, latency, host, jobs=jobs)
+                memory = 2 * starts.size * length / host_rate if host else hbm_service(key[0], length, cfg).cycles
+                served[key] = max(engine, math.ceil(memory) - 1)
+            return served[key]
+
+    unit = ModeledDMA(cfg)
+    unit._MustUse__silence = True
+    return unit
+
+
+class HbmService(NamedTuple):
+    """What the pseudo-channels do for a set of rows (arrays indexed by channel)."""
+    cycles: float
+    """Kernel cycles the slowest channel or port needs."""
     bytes: object
     """Bytes each channel moves, every burst rounded out to whole hbm_access_bytes."""
     bursts: object
     """Bursts each channel serves (a burst: a run of consecutive channel-local addresses)."""
-    requests: object
-    """AXI requests each channel serves (bursts cut at 4 KiB)."""
     channel_cycles: object
     port_cycles: object
-    window_cycles: object
-    transpose_cycles: int = 0
 
 
-def hbm_segments(starts, length: int, cfg: ArchConfig, merge: bool = True):
-    """(bytes, bursts, requests) per channel of rows of `length` words starting at word addresses `starts`, in
-    issue order, through the ISA's HBM map (hw/hbm.py). Pieces that continue the channel's previous piece merge
-    into one burst (merge=False: every row piece is a burst of its own, as for a gather)."""
-    import numpy as np
+def hbm_segments(starts, length: int, cfg: ArchConfig):
+    """(bytes, bursts) per channel of rows of `length` words starting at word addresses `starts`, in issue order,
+    through the ISA's HBM map (hw/hbm.py). Pieces that continue the channel's previous piece merge into one
+    burst."""
     g, c = cfg.hbm_interleave_words, cfg.hbm_channels
     starts = np.asarray(starts, dtype=np.int64).ravel()
     zeros = np.zeros(c, dtype=np.int64)
     if length <= 0 or starts.size == 0:
-        return zeros, zeros.copy(), zeros.copy()
+        return zeros, zeros.copy()
     first = starts // g
     count = (starts + length - 1) // g - first + 1
     row = np.repeat(np.arange(starts.size), count)
@@ -153,8 +195,7 @@ def hbm_segments(starts, length: int, cfg: ArchConfig, merge: bool = True):
     order = np.argsort(channel, kind="stable")
     channel, local_lo, local_hi = channel[order], local_lo[order], local_hi[order]
     new = np.ones(channel.size, dtype=bool)
-    if merge:
-        new[1:] = (channel[1:] != channel[:-1]) | (local_lo[1:] != local_hi[:-1])
+    new[1:] = (channel[1:] != channel[:-1]) | (local_lo[1:] != local_hi[:-1])
     begin = np.flatnonzero(new)
     end = np.append(begin[1:], channel.size) - 1
     a = cfg.hbm_access_bytes
@@ -162,32 +203,15 @@ def hbm_segments(starts, length: int, cfg: ArchConfig, merge: bool = True):
     burst_channel = channel[begin]
     nbytes = np.bincount(burst_channel, weights=rounded, minlength=c).astype(np.int64)
     bursts = np.bincount(burst_channel, minlength=c).astype(np.int64)
-    requests = np.bincount(burst_channel, weights=-(-rounded // AXI_MAX_BURST_BYTES), minlength=c).astype(np.int64)
-    return nbytes, bursts, requests
+    return nbytes, bursts
 
 
-def hbm_transfer(r: Resolved, cfg: ArchConfig) -> HbmTransfer:
-    """The cycles a LOAD, STORE or GATHER that touches HBM occupies the DMA unit, from the channels it touches:
-    per channel, its bytes at the channel's sustained rate plus hbm_page_miss_ns for every burst after its
-    first; per AXI port, its channels' bytes at the port's width (traffic to a channel outside the port's switch
-    group at hbm_crossing_efficiency) and its requests, hbm_outstanding at a time, each waiting
-    hbm_latency_cycles; a transposed write at dma_transpose_words per cycle. The slowest of these
-    sets the cycles (the request latency itself overlaps: Cost.latency)."""
-    import numpy as np
-    hbm_is_source = r.src1[0] is Space.HBM
-    base = r.src1[1] if hbm_is_source else r.dst[1]
-    stride = r.src1_stride if hbm_is_source else r.dst_stride
-    rows, n = r.rows, r.n
-    transpose = _ceil_div(rows * n, cfg.dma_transpose_words) if r.flags.transpose else 0
-    if r.flags.transpose and not hbm_is_source:  # a transposed write into HBM: n rows of `rows` words
-        rows, n = n, rows
-    if r.op is Opcode.GATHER:  # table rows chosen by data: each row its own burst, rows spread as if consecutive
-        starts, length, merge = base + np.arange(rows) * max(stride, n), n, False
-    elif rows <= 1 or stride == n:  # one contiguous range
-        starts, length, merge = [base], rows * n, True
-    else:
-        starts, length, merge = base + np.arange(rows) * stride, n, True
-    nbytes, bursts, requests = hbm_segments(starts, length, cfg, merge)
+def hbm_service(starts, length: int, cfg: ArchConfig) -> HbmService:
+    """The cycles HBM itself needs for rows of `length` words at word addresses `starts`: per channel, its bytes
+    at the channel's sustained rate (hbm_peak_gbps / hbm_channels x hbm_efficiency) plus hbm_page_miss_ns for
+    every burst after its first; per AXI port (hbm_ports), its channels' bytes at the port's width, traffic to a
+    channel outside the port's switch group at hbm_crossing_efficiency. The slowest of these."""
+    nbytes, bursts = hbm_segments(starts, length, cfg)
     clock = cfg.clock_mhz
     channel_rate = cfg.hbm_peak_gbps / cfg.hbm_channels * cfg.hbm_efficiency * 1e3 / clock  # bytes per cycle
     miss = cfg.hbm_page_miss_ns * clock / 1e3
@@ -198,9 +222,7 @@ def hbm_transfer(r: Resolved, cfg: ArchConfig) -> HbmTransfer:
     crossing = (port // cfg.hbm_switch_group) != (channels // cfg.hbm_switch_group)
     weighted = np.where(crossing, nbytes / cfg.hbm_crossing_efficiency, nbytes)
     port_cycles = np.bincount(port, weights=weighted, minlength=ports) / (cfg.hbm_port_bits / 8)
-    window_cycles = np.bincount(port, weights=requests, minlength=ports) * cfg.hbm_latency_cycles / cfg.hbm_outstanding
-    cycles = math.ceil(max(channel_cycles.max(), port_cycles.max(), window_cycles.max(), transpose)) if rows * n else 0
-    return HbmTransfer(cycles, nbytes, bursts, requests, channel_cycles, port_cycles, window_cycles, transpose)
+    return HbmService(float(max(channel_cycles.max(), port_cycles.max())), nbytes, bursts, channel_cycles, port_cycles)
 
 
 _UNIT_CLASS = {Unit.CONTROL: "control", Unit.MATRIX: "matrix", Unit.VECTOR: "vector", Unit.ROUTER: "ring"}
@@ -285,6 +307,15 @@ class CycleReport:
 _ALLGATHER, _RECV = "allgather", "recv"
 
 
+def scoreboard_ranges(r: Resolved) -> tuple:
+    """(reads, writes): the ranges the RTL's scoreboard tracks (hw/core/scoreboard.py): access_ranges, except an
+    ALLGATHER's destination, from its base up (only the router learns the other cards' columns)."""
+    reads, writes = access_ranges(r)
+    if r.op is Opcode.ALLGATHER and writes:
+        writes = ((r.dst[0], r.dst[1], ADDRESS_LIMIT),)
+    return reads, writes
+
+
 _COSTED: dict = {}
 _COSTED_LIMIT = 1 << 18
 
@@ -299,60 +330,120 @@ def _costed(r: Resolved, cfg: ArchConfig) -> tuple:
         return hit[2]
     if len(_COSTED) >= _COSTED_LIMIT:
         _COSTED.clear()
-    value = (instruction_cost(r, cfg), access_ranges(r), instruction_class(r))
+    value = (instruction_cost(r, cfg), scoreboard_ranges(r), instruction_class(r))
     _COSTED[key] = (r, cfg, value)
     return value
 
 
+# --- the controller (hw/core/fetch.py, hw/core/controller.py, hw/core/scoreboard.py) -----------------------------
+
+FETCH_REQUEST = 2
+"""Cycles from the run's start to fetch's first read request (Fetch: start -> pending -> running, then the
+request register); the handshake is the cycle after a request."""
+FETCH_TO_DECISION = 3
+"""Cycles from a word's last R beat to the controller deciding it: fetch's FIFO (SyncFIFOBuffered, 2) and the
+controller's head register (1)."""
+QUEUE_TO_UNIT = 2
+"""Cycles from an instruction entering its unit's queue (SyncFIFOBuffered) to the unit taking it."""
+
+
+@functools.cache
+def _fetch_shape(cfg: ArchConfig) -> tuple:
+    """(beats_per_word, FIFO depth in words, words per burst) of the RTL's fetch unit for `cfg`."""
+    from ringgpt.hw.core.fetch import Fetch
+    fetch = Fetch(cfg)
+    fetch._MustUse__silence = True
+    return fetch.beats_per_word, fetch.depth, fetch.burst_words
+
+
+class _FetchTimes:
+    """When each program word is at the output of fetch's FIFO (hw/core/fetch.py): bursts of `burst` words, each
+    requested once the FIFO has room for all of it (a word leaves the FIFO when it moves into the controller's
+    head) and at most one request every 2 cycles, answered hbm_latency_cycles after the handshake, one beat per
+    cycle on the R channel, beats_per_word beats a word."""
+
+    def __init__(self, cfg: ArchConfig):
+        self.beats, self.depth, self.burst = _fetch_shape(cfg)
+        self.latency = cfg.hbm_latency_cycles
+        self.taken: list = []        # cycle each word moved into the head
+        self.request = FETCH_REQUEST  # earliest cycle of the next request
+        self.beat_free = 0           # first cycle the R channel is free
+        self.first_beat = 0          # first beat of the current burst
+
+    def out(self, word: int) -> int:
+        """The cycle word `word` (asked in order) is at the FIFO's output."""
+        burst, index = divmod(word, self.burst)
+        if index == 0:
+            room = (burst + 1) * self.burst - self.depth - 1   # the word whose leaving makes room for this burst
+            request = max(self.request, self.taken[room] + 1 if room >= 0 else 0)
+            self.request = request + 2
+            self.first_beat = max(request + 1 + self.latency, self.beat_free)
+            self.beat_free = self.first_beat + self.burst * self.beats
+        return self.first_beat + (index + 1) * self.beats - 1 + FETCH_TO_DECISION - 1
+
+    def take(self, cycle: int) -> None:
+        self.taken.append(cycle)
+
+
 def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
-    """Schedules one card's trace in program order. At an ALLGATHER it yields (ALLGATHER, the
-    cycle it could start on this card) and receives the joint start; at a RECV it yields (RECV,
-    its local start) and receives the start once the matching SEND is scheduled."""
-    issue = -1                      # cycle the decoder issued the previous instruction
-    unit_free = [0] * len(Unit)     # by unit number: when the unit's last instruction completes
+    """Schedules one card's trace as its controller issues it. Per word, in program order: it reaches the head
+    (fetch), is decided no earlier than the cycle after the previous word; a control instruction takes that
+    cycle (BARRIER and HALT once nothing is in flight); a unit instruction enters its unit's queue once no
+    instruction of another unit in flight conflicts with it (the scoreboard: RAW, WAR, WAW over access_ranges)
+    and the queue has room; its unit takes it QUEUE_TO_UNIT cycles later, or when done with the previous one;
+    it is done `cycles` later (the scoreboard frees it for that cycle's decision). At an ALLGATHER it yields
+    (ALLGATHER, the cycle its unit could take it) and receives the joint start; at a RECV it yields (RECV, that
+    cycle) and receives the cycle the block is there."""
+    fetch = _FetchTimes(cfg)
+    decided = -1                    # the previous word's decision cycle
+    unit_free = [0] * len(Unit)     # by unit number: when the unit can take its next instruction
     unit_starts = [deque(maxlen=cfg.queue_depth) for _ in Unit]
-    inflight = []                   # (done, reads, writes) of instructions that may still block
+    inflight = []                   # (done, unit, reads, writes) of instructions that may still block
     last_done = 0
     outgoing = links[report.card]
-    for r in trace:
+    for word, r in enumerate(trace):
         cost, (reads, writes), cls = _costed(r, cfg)
         unit = cost.unit
         slot = unit._value_
         report.instructions += 1
+        taken = max(fetch.out(word), decided)
+        fetch.take(taken)
+        decision = max(taken, decided) + 1
+        busy = cost.cycles
         if unit is Unit.CONTROL:
-            issue += 1
             if r.op in (Opcode.BARRIER, Opcode.HALT):
-                issue = max(issue, last_done)
-            start, done = issue, issue + cost.cycles
-            last_done = max(last_done, done)
-            issue = done - 1
-            report.cycles = last_done
+                decision = max(decision, last_done)
+            start, done = decision, decision + 1
+            if r.op is Opcode.HALT:
+                report.cycles = done
         else:
-            issue += 1
             starts = unit_starts[slot]
             if len(starts) == cfg.queue_depth:
-                issue = max(issue, starts[0])
-            inflight = [e for e in inflight if e[0] > issue + 1]
-            start = max(issue + 1, unit_free[slot])
-            for done_e, reads_e, writes_e in inflight:
-                if done_e > start and (_overlaps(writes, writes_e) or _overlaps(writes, reads_e)
-                                       or _overlaps(reads, writes_e)):
-                    start = done_e
+                decision = max(decision, starts[0] + 1)
+            inflight = [e for e in inflight if e[0] > decision]
+            for done_e, unit_e, reads_e, writes_e in inflight:
+                if unit_e is not unit and done_e > decision and (
+                        _overlaps(writes, writes_e) or _overlaps(writes, reads_e) or _overlaps(reads, writes_e)):
+                    decision = done_e
+            start = max(decision + QUEUE_TO_UNIT, unit_free[slot])
+            ready = start
             if r.op is Opcode.ALLGATHER:
                 start = yield _ALLGATHER, start
             elif r.op is Opcode.RECV:
                 start = yield _RECV, start
-            done = start + cost.cycles + cost.latency
+            done = start + cost.cycles
+            busy = done - ready     # a router waiting for the other cards is busy (the RTL's counter)
             if r.op is Opcode.SEND:
-                outgoing.append(done)
-            starts.append(start)
-            unit_free[slot] = start + cost.cycles
-            inflight.append((done, reads, writes))
+                outgoing.append(done + cfg.ring_latency_cycles)
+            starts.append(ready)
+            unit_free[slot] = done
+            inflight.append((done, unit, reads, writes))
             last_done = max(last_done, done)
-        report.timeline.append((r.op.name, issue, start, done))
-        report.busy[unit.name] = report.busy.get(unit.name, 0) + cost.cycles
-        report.classes[cls] = report.classes.get(cls, 0) + cost.cycles
-        report.opcodes[r.op.name] = report.opcodes.get(r.op.name, 0) + cost.cycles
+        decided = decision
+        report.timeline.append((r.op.name, decision, start, done))
+        report.busy[unit.name] = report.busy.get(unit.name, 0) + busy
+        report.classes[cls] = report.classes.get(cls, 0) + busy
+        report.opcodes[r.op.name] = report.opcodes.get(r.op.name, 0) + busy
         if cost.hbm_bytes:
             if r.src1[0] is Space.HBM:
                 report.hbm_read_bytes += cost.hbm_bytes
@@ -365,7 +456,8 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
 def schedule(traces: list, cfg: ArchConfig) -> CycleReport:
     """The joint schedule of every card's trace (one list of Resolved per card, as executed, each
     ending with HALT). Collectives start on all cards at once, when the last card can start them;
-    a RECV starts no earlier than its matching SEND (the same link's next one) completes."""
+    a RECV starts no earlier than its matching SEND (the same link's next one) is done and its block has
+    crossed the hop (ring_latency_cycles)."""
     if len(traces) != cfg.cards:
         raise ValueError(f"schedule needs one trace per card ({cfg.cards}), got {len(traces)}")
     reports = [CardReport(card) for card in range(cfg.cards)]

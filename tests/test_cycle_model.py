@@ -9,22 +9,27 @@ from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges
-from ringgpt.sim.cycle_model import instruction_class, instruction_cost, schedule, unit_timing
+from ringgpt.hw.core.router import router_cycles
+from ringgpt.sim.cycle_model import (_fetch_shape, instruction_class, instruction_cost, link_excess, schedule,
+                                     unit_timing)
 from ringgpt.sim.functional import SimulatorDevice
 
 CFG = get_config("sim-small")
 
 
 def test_the_preset_figures_these_costs_assume():
-    # mac 8 x 4 lanes, 8 vector lanes, HBM 57.6 B/cycle + 32 cycles, host 120 B/cycle, ring 121 B/cycle + 50.
+    # mac 8 x 4 lanes, 8 vector lanes, HBM latency 32, host 120 B/cycle, ring 121 B/cycle + a 34-cycle hop
+    # (260 + 5 ns + 8 cycles of clock crossing at 100 MHz: 34.5, rounded to even)
     assert (CFG.mac_width, CFG.mpu_lanes, CFG.vector_width) == (8, 4, 8)
-    assert CFG.hbm_bytes_per_cycle == pytest.approx(57.6) and CFG.hbm_latency_cycles == 32
-    assert CFG.ring_bytes_per_cycle == pytest.approx(121.0) and CFG.ring_latency_cycles == 50
+    assert CFG.hbm_latency_cycles == 32 and CFG.ring_bytes_per_cycle == pytest.approx(121.0)
+    assert CFG.ring_latency_ns == pytest.approx(345.0) and CFG.ring_latency_cycles == 34
     assert CFG.queue_depth == 8
     # pipeline depths and overheads come from the RTL units (hw/core), not from the config
     assert unit_timing(CFG) == {"matrix": {"latency": 41, "row_max": 2, "overhead": 4, "loop": 5},
                                 "vector": {"latency": {"elementwise": 10, "sum": 26, "max": 4}, "overhead": 4,
                                            "loop": 5}}
+    # fetch: a 512-bit word is 4 beats of the 128-bit port; a 32-word FIFO, bursts of 8 words
+    assert _fetch_shape(CFG) == (4, 32, 8) and _fetch_shape(get_config("u280")) == (1, 64, 16)
 
 
 ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST))
@@ -39,38 +44,61 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
     # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks
     (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 26, 0, 0, 0), "vector"),
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=24), (Unit.MATRIX, 4 + 2 * 5 + 1 + 41, 0, 0, 0), "matrix"),
-    # HBM (tests/test_hbm_model.py has one test per effect): 4 rows of 100 words all at word 0 (stride 0) are 4
-    # bursts of 224 bytes (200 rounded to 32-byte accesses) on channel 0: 896 / 14.4 B/cycle + 3 page misses of
-    # 1 cycle = 65.2 -> 66; the request latency (32) is Cost.latency, not unit time.
-    (Resolved(Opcode.LOAD, rows=4, n=100, dst=WBUF, src1=HBM), (Unit.DMA, 66, 800, 0, 0), "dma-hbm"),
-    (Resolved(Opcode.STORE, rows=1, n=64, dst=HBM, src1=ABUF), (Unit.DMA, 9, 128, 0, 0), "dma-hbm"),  # 128 / 14.4
-    # 2 rows of 6 granules each, every granule a burst: 3 per channel, 768 / 14.4 + 2 misses = 55.3 -> 56
-    (Resolved(Opcode.GATHER, rows=2, n=768, dst=ABUF, src1=HBM, src2=HOST), (Unit.DMA, 56, 3072, 0, 0), "dma-hbm"),
-    (Resolved(Opcode.STORE, rows=1, n=600, dst=HOST, src1=ABUF), (Unit.DMA, 10, 0, 0, 1200), "dma-host"),
+    # DMA off chip (tests/test_hbm_model.py has one test per effect): the RTL unit's count, accept, check,
+    # drain-detect, done (4) + the first job (1) + first beat to last + the request (3), latency (32) and write
+    # register (1), the latency now unit time. 4 rows of 100 words all at word 0: 4 bursts of 224 B on channel 0,
+    # 896 / 14.4 B/cycle + 3 page misses = 65.2 -> 66 cycles of the channel.
+    (Resolved(Opcode.LOAD, rows=4, n=100, dst=WBUF, src1=HBM), (Unit.DMA, 5 + 65 + 36, 800, 0, 0), "dma-hbm"),
+    # 64 words: 8 beats, 128 B / 14.4 = 8.9 -> 9 on the channel; a STORE ends with its response (3 + 2 + 32)
+    (Resolved(Opcode.STORE, rows=1, n=64, dst=HBM, src1=ABUF), (Unit.DMA, 5 + 8 + 37, 128, 0, 0), "dma-hbm"),
+    # the index read (3 + 32 + 1, then 1), then 2 jobs; 256 B on channel 0: 17.8 -> 18
+    (Resolved(Opcode.GATHER, rows=2, n=64, src1_stride=64, dst=ABUF, src1=HBM, src2=HOST),
+     (Unit.DMA, 5 + 37 + 17 + 36, 256, 0, 0), "dma-hbm"),
+    (Resolved(Opcode.STORE, rows=1, n=600, dst=HOST, src1=ABUF), (Unit.DMA, 5 + 74 + 37, 0, 0, 1200), "dma-host"),
     # on chip, the RTL's count (hw/core/dma.py): overhead 4 + one step per 8-word chunk + latency 2; transposed
     # through the 8 x 8 tile: 13 chunks x (4 fill + 1 wait) + 100 drain steps, + overhead 4 + drain latency 1
     (Resolved(Opcode.LOAD, rows=4, n=100, dst=WBUF, src1=ABUF), (Unit.DMA, 4 + 4 * 13 + 2, 0, 0, 0), "dma-onchip"),
     (Resolved(Opcode.LOAD, rows=4, n=100, dst=ABUF, src1=ABUF, flags=Flags(transpose=1)),
      (Unit.DMA, 4 + 13 * 5 + 100 + 1, 0, 0, 0), "dma-onchip"),
-    (Resolved(Opcode.SEND, rows=2, n=100), (Unit.ROUTER, 50 + 4, 0, 400, 0), "ring"),
-    (Resolved(Opcode.RECV, rows=2, n=100), (Unit.ROUTER, 25, 0, 0, 0), "ring"),
+    # the router's own cycles (hw/core/router.py): SEND posts, sends the header and 26 beats, the last 2 cycles
+    # after its read; RECV takes the header and 26 beats. The hop is the receiver's wait (schedule).
+    (Resolved(Opcode.SEND, rows=2, n=100), (Unit.ROUTER, 4 + 2 + 26 + 2, 0, 400, 0), "ring"),
+    (Resolved(Opcode.RECV, rows=2, n=100), (Unit.ROUTER, 4 + 1 + 26, 0, 0, 0), "ring"),
     (Resolved(Opcode.SETI), (Unit.CONTROL, 1, 0, 0, 0), "control"),
     (Resolved(Opcode.HALT), (Unit.CONTROL, 1, 0, 0, 0), "control"),
 ])
 def test_hand_computed_costs(resolved, cost, cls):
-    assert tuple(instruction_cost(resolved, CFG))[:5] == cost
-    assert instruction_cost(resolved, CFG).latency == (CFG.hbm_latency_cycles if cls == "dma-hbm" else 0)
+    assert tuple(instruction_cost(resolved, CFG)) == cost
     assert instruction_class(resolved) == cls
 
 
-def test_allgather_cost_on_a_unidirectional_ring():
+def test_allgather_is_the_routers_cycles_plus_a_hop_a_step():
     slices = ((5, 0), (3, 5), (4, 8), (2, 12))
-    r = Resolved(Opcode.ALLGATHER, card=0, rows=2, n=5, slices=slices)
-    # 3 steps of 50 + ceil(2 rows * 5 words * 2 B / 121); card 0 forwards all slices but card 1's.
-    assert tuple(instruction_cost(r, CFG.with_cards(4)))[:5] == (Unit.ROUTER, 3 * 51, 0, 2 * 2 * (14 - 3), 0)
-    big = r._replace(rows=200)  # 2,000-byte largest slice: 17 cycles on the link per step
-    assert instruction_cost(big, CFG.with_cards(4)).cycles == 3 * (50 + 17)
-    assert instruction_cost(r._replace(slices=((5, 0),)), CFG).cycles == 0
+    r = Resolved(Opcode.ALLGATHER, card=0, rows=2, n=5, k=0, dst=(Space.ABUF, 100), src1=(Space.ABUF, 100),
+                 slices=slices)
+    # On direct links (hw/core/router.py, store and forward of 2-beat slices, in place): 28 cycles; 3 steps of
+    # the 34-cycle hop. Card 0 forwards all slices but card 1's.
+    assert tuple(instruction_cost(r, CFG.with_cards(4))) == (Unit.ROUTER, 28 + 3 * 34, 0, 2 * 2 * (14 - 3), 0)
+    # two cards, one beat each way: post 3, header on the link 5, its first beat at the other card 9, the last
+    # written 9, done 11; on the simulated ring (no hop) that is all
+    two = Resolved(Opcode.ALLGATHER, card=0, rows=1, n=8, dst=(Space.ABUF, 0), src1=(Space.ABUF, 0),
+                   slices=((8, 0), (8, 8)))
+    assert instruction_cost(two, CFG.with_cards(2)).cycles == 11 + 34
+    direct = dataclasses.replace(CFG, ring_phy_ns=0.0, ring_cable_ns=0.0, ring_cdc_cycles=0).with_cards(2)
+    assert instruction_cost(two, direct).cycles == 11
+
+
+def test_a_link_slower_than_the_router_adds_cycles_per_step():
+    u280 = get_config("u280")
+    # a 400-word slice is 7 beats of 64 words (128 B) and a header: 1,024 B; the link carries 12.1 GB/s, 48.4 B
+    # a cycle at 250 MHz (21.2 -> 22 cycles, 14 more than the router's 8) and 60.5 at 200 MHz (17 cycles, 9 more)
+    assert link_excess(7, u280) == 14 and link_excess(7, u280.at_clock(200)) == 9
+    assert link_excess(7, CFG) == 0  # 121 B a cycle is faster than sim-small's 16-byte beat
+    r = Resolved(Opcode.ALLGATHER, card=1, rows=1, n=400, k=400, dst=(Space.ABUF, 0), src1=(Space.ABUF, 400),
+                 slices=((400, 0), (400, 400), (400, 800), (400, 1200)))
+    x4 = u280.with_cards(4)
+    assert instruction_cost(r, x4).cycles == router_cycles(x4, Opcode.ALLGATHER, 1, 400, slices=r.slices, card=1) \
+        + 3 * (109 + 14)  # the hop at 250 MHz: 405 ns + 8 cycles of clock crossing
 
 
 def test_access_ranges_are_bounding_intervals():
@@ -99,65 +127,97 @@ def run(texts, cfg=CFG):
 
 
 LOAD_LONG = "LOAD dst=WBUF[4096] src1=HBM[0] rows=1 n=2880"
-# 5,760 B = 22.5 granules of 256 B over 4 channels (XOR interleave): channels 0 and 1 get 6 granules, 1,536 B:
-# 1536 / 14.4 B/cycle = 106.7 -> 107 cycles on the DMA unit, the data there 32 cycles of latency later.
+# 5,760 B = 22.5 granules of 256 B over 4 channels (XOR interleave): channel 0 gets 6 granules, 1,536 B, 96 beats:
+# 1536 / 14.4 B/cycle = 106.7 -> 107 cycles of the channel; with the fixed 5 + 36: 147 cycles on the DMA unit.
 MATMUL_BANK0 = "MATMUL dst=ABUF[0] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"  # 4 + (7 * 5 + 4) + 41 = 84
+# Fetch at sim-small: the first word's 4 beats arrive 2 + 1 + 32 cycles after the start (request, handshake,
+# latency), its last one at 38; 2 cycles through fetch's FIFO and 1 into the controller's head: decided at 41.
+# Then one word every 4 beats: word i at 41 + 4 i. A unit takes an instruction 2 cycles after its decision (its
+# queue); a dependant is decided in the cycle its producer is done.
+
+
+def test_fetch_issues_one_word_per_four_beats_at_sim_small_and_one_per_cycle_at_u280():
+    nops = "\n".join(["NOP"] * 16 + ["HALT"])
+    assert [t[1] for t in run(nops).cards[0].timeline] == [41 + 4 * i for i in range(17)]
+    assert run(nops).cycles == 41 + 4 * 16 + 1
+    # u280: 512-bit beats, 64 cycles of latency: word i at 2 + 1 + 64 + 3 + i
+    assert run(nops, get_config("u280")).cycles == 70 + 16 + 1
+
+
+def test_fetch_fifo_runs_dry_after_a_stall():
+    """A BARRIER holds the head while fetch fills its 32-word FIFO; the words in it then go at one a cycle, and the
+    next burst is asked for only when 8 words have left (the 8th at 190): 191 + 1 + 32 = 224 is its first beat."""
+    text = "\n".join(["VADD dst=ABUF[1000] src1=ABUF[0] src2=IMM[0x3c00] rows=4 n=256", "BARRIER"] + ["NOP"] * 40
+                     + ["HALT"])  # the VADD: 4 + 128 + 10 = 142 cycles, from 43 to 185
+    timeline = run(text).cards[0].timeline
+    assert [t[1] for t in timeline[:4]] == [41, 185, 186, 187]
+    assert timeline[31][1] == 215 and timeline[32][1] == 230   # word 32: last beat 227, FIFO 2, head 1
+    assert timeline[-1][1] == 230 + 4 * 10
 
 
 def test_independent_dma_overlaps_matmul():
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 0, 1, 140), ("MATMUL", 1, 2, 86), ("HALT", 140, 140, 141)]
-    assert report.cycles == 141
-    assert report.cards[0].busy == {"DMA": 107, "MATRIX": 84, "CONTROL": 1}
+    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("MATMUL", 45, 47, 131), ("HALT", 190, 190, 191)]
+    assert report.cycles == 191
+    assert report.cards[0].busy == {"DMA": 147, "MATRIX": 84, "CONTROL": 1}
 
 
-def test_dependent_matmul_waits_for_its_weights():
-    report = run(f"{LOAD_LONG}\n{MATMUL_BANK0.replace('WBUF[0]', 'WBUF[4096]')}\nHALT")
-    assert report.cards[0].timeline[1] == ("MATMUL", 1, 140, 224)
-    assert report.cycles == 225
+def test_a_hazard_holds_every_later_instruction():
+    """The scoreboard stops the head: the MATMUL waits for its weights in the controller, and the instruction
+    behind it (a NOP, a VADD) waits with it."""
+    report = run(f"{LOAD_LONG}\n{MATMUL_BANK0.replace('WBUF[0]', 'WBUF[4096]')}\nNOP\n"
+                 "VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\nHALT")
+    assert report.cards[0].timeline[1:4] == [("MATMUL", 190, 192, 276), ("NOP", 191, 191, 192),
+                                             ("VADD", 192, 194, 216)]
+    assert report.cycles == 277
 
 
 def test_write_after_read_and_read_after_write_wait():
     war = run(f"{MATMUL_BANK0}\n{LOAD_LONG.replace('WBUF[4096]', 'WBUF[960]')}\nHALT")
-    assert war.cards[0].timeline[:2] == [("MATMUL", 0, 1, 85), ("LOAD", 1, 85, 224)]
+    assert war.cards[0].timeline[:2] == [("MATMUL", 41, 43, 127), ("LOAD", 127, 129, 276)]
     raw = run("VADD dst=ABUF[100] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert raw.cards[0].timeline[:2] == [("VADD", 0, 1, 23), ("MATMUL", 1, 23, 107)]
+    assert raw.cards[0].timeline[:2] == [("VADD", 41, 43, 65), ("MATMUL", 65, 67, 151)]
     independent = run("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert independent.cards[0].timeline[1] == ("MATMUL", 1, 2, 86)
+    assert independent.cards[0].timeline[1] == ("MATMUL", 45, 47, 131)
 
 
 def test_barrier_waits_for_everything_issued_before_it():
     report = run(f"{LOAD_LONG}\nBARRIER\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 0, 1, 140), ("BARRIER", 140, 140, 141), ("MATMUL", 141, 142, 226),
-                                        ("HALT", 226, 226, 227)]
+    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("BARRIER", 190, 190, 191), ("MATMUL", 191, 193, 277),
+                                        ("HALT", 277, 277, 278)]
 
 
 def test_full_unit_queue_stalls_the_decoder():
-    # 32 B on channel 0: 3 cycles on the unit, 32 more until the data is there
+    # 32 B on channel 0: 2 beats, the request window (16 x 33 cycles) 3 cycles a port: 5 + 2 + 36 = 43 cycles
     loads = "\n".join(f"LOAD dst=ABUF[{1000 + 16 * i}] src1=HBM[{16 * i}] rows=1 n=16" for i in range(4))
     text = f"{loads}\nVADD dst=ABUF[0] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=16\nHALT"          # 16 cycles
     shallow = run(text, dataclasses.replace(CFG, queue_depth=2))
-    assert shallow.cards[0].timeline[:5] == [("LOAD", 0, 1, 36), ("LOAD", 1, 4, 39), ("LOAD", 2, 7, 42),
-                                             ("LOAD", 4, 10, 45), ("VADD", 5, 6, 22)]
+    # the 4th LOAD enters the queue once the 2nd has left it (at 86)
+    assert shallow.cards[0].timeline[:5] == [("LOAD", 41, 43, 86), ("LOAD", 45, 86, 129), ("LOAD", 49, 129, 172),
+                                             ("LOAD", 87, 172, 215), ("VADD", 88, 90, 106)]
     deep = run(text)
-    assert deep.cards[0].timeline[4] == ("VADD", 4, 5, 21)
-    assert shallow.cycles == deep.cycles == 46
+    assert deep.cards[0].timeline[3:5] == [("LOAD", 53, 172, 215), ("VADD", 57, 59, 75)]
+    assert shallow.cycles == deep.cycles == 216
 
 
 def test_allgather_starts_when_the_last_card_can():
     card0 = "LOAD dst=ABUF[100] src1=HBM[0] rows=1 n=16\nALLGATHER dst=ABUF[200] src1=ABUF[100] rows=1 n=16\nHALT"
     card1 = "ALLGATHER dst=ABUF[200] src1=ABUF[100] rows=1 n=16 k=16\nHALT"
     report = run([card0, card1])
-    # One step: 50 + ceil(32 B / 121) = 51 cycles, from cycle 36 when card 0's operand has arrived (1 + 3 + 32).
-    assert report.cards[0].timeline[1] == ("ALLGATHER", 1, 36, 87)
-    assert report.cards[1].timeline[0] == ("ALLGATHER", 0, 36, 87)
-    assert report.cycles == 88 and report.cards[1].ring_bytes == report.cards[0].ring_bytes == 32
+    # Card 0's operand is there at 86 (its LOAD: 43 cycles from 43), its router takes the ALLGATHER at 88; card
+    # 1's could at 43. From 88 both take 12 cycles on direct links (2-beat slices, copied into place) and a 34-cycle
+    # hop: done at 134. Each router is busy from taking it to done (card 1's waits for card 0's slice).
+    assert report.cards[0].timeline[1] == ("ALLGATHER", 86, 88, 134)
+    assert report.cards[1].timeline[0] == ("ALLGATHER", 41, 88, 134)
+    assert (report.cards[0].busy["ROUTER"], report.cards[1].busy["ROUTER"]) == (46, 91)
+    assert report.cycles == 135 and report.cards[1].ring_bytes == report.cards[0].ring_bytes == 32
 
 
-def test_recv_waits_for_the_matching_send():
+def test_recv_waits_for_the_matching_send_and_the_hop():
     report = run(["NOP\nSEND src1=ABUF[0] rows=1 n=16\nHALT", "RECV dst=ABUF[0] rows=1 n=16\nHALT"])
-    assert report.cards[0].timeline[1] == ("SEND", 1, 2, 53)
-    assert report.cards[1].timeline[0] == ("RECV", 0, 53, 55)
+    assert report.cards[0].timeline[1] == ("SEND", 45, 47, 57)       # 4 + 2 + 2 beats + 2
+    assert report.cards[1].timeline[0] == ("RECV", 41, 91, 98)       # from 57 + 34, then 4 + 1 + 2
+    assert report.cards[1].busy["ROUTER"] == 98 - 43
 
 
 def test_report_figures():
@@ -166,9 +226,10 @@ def test_report_figures():
     card = report.cards[0]
     assert (card.hbm_read_bytes, card.hbm_write_bytes, card.host_bytes) == (800, 128, 16)
     # the STORE's 64 words at HBM[1000] end granule 7 and start granule 8, both on channel 2 and consecutive
-    # there: one burst of 160 B (464..592 rounded out to 32 B): 11.1 -> 12 cycles
-    assert card.classes == {"dma-hbm": 66 + 12, "dma-host": 1, "control": 1}
-    assert card.opcodes == {"LOAD": 66, "STORE": 13, "HALT": 1}
+    # there: 8 beats, one burst of 160 B (464..592 rounded out to 32 B): 11.1 -> 12 cycles of the channel; the host
+    # STORE: one beat, but the request window (16 x 33 cycles) is 3 cycles a port
+    assert card.classes == {"dma-hbm": 106 + (5 + 11 + 37), "dma-host": 5 + 2 + 37, "control": 1}
+    assert card.opcodes == {"LOAD": 106, "STORE": 53 + 44, "HALT": 1}
     assert report.hbm_bytes == 928
     assert report.ms == pytest.approx(report.cycles / 1e5)
     assert report.hbm_bound_ms == pytest.approx(800 / 6.4e6)
@@ -190,7 +251,7 @@ def test_double_buffered_weight_stream_overlaps_the_matrix_unit():
     chunks = []
     for i in range(6):
         bank = (i % 2) * 32768
-        chunks.append(f"LOAD dst=WBUF[{bank}] src1=HBM[{i * 8192}] rows=1 n=8192")  # 4096 B a channel: 285 + 32
+        chunks.append(f"LOAD dst=WBUF[{bank}] src1=HBM[{i * 8192}] rows=1 n=8192")  # 4,096 B a channel: 5 + 284 + 36
         chunks.append(f"MATMUL dst=ABUF[{1000 + 64 * i}] src1=ABUF[0] src2=WBUF[{bank}] rows=1 n=64 k=128 "
                       "src2_stride=128")  # 4 + 16 * 16 + 41 = 301
     cfg = CFG
@@ -199,11 +260,24 @@ def test_double_buffered_weight_stream_overlaps_the_matrix_unit():
     device.load(ApplianceImage(cfg, cards))
     device.run(0, 1)
     report = device.last_report
-    assert report.cards[0].busy["DMA"] == 6 * 285
-    # Chunk i + 2's LOAD waits for chunk i's MATMUL (its slot), then 285 + 32 cycles: from chunk 2 on each MATMUL
-    # starts when that LOAD is done, 317 cycles after the MATMUL two before it ended (matrix unit: 301 a chunk).
+    assert report.cards[0].busy["DMA"] == 6 * 325
+    # MATMUL i waits in the controller for LOAD i (done, then 2 cycles to the matrix unit); LOAD i + 1 stands behind
+    # it in program order, so it starts 3 cycles after LOAD i is done: one chunk every 325 + 3 cycles, the matrix
+    # unit (301 a chunk) waiting for the weights.
     timeline = report.cards[0].timeline
-    assert [t[2] for t in timeline if t[0] == "MATMUL"] == [318, 619, 936, 1237, 1554, 1855]
-    assert report.cycles == 1855 + 301 + 1
+    assert [t[2] for t in timeline if t[0] == "MATMUL"] == [370 + 328 * i for i in range(6)]
+    assert report.cycles == 370 + 328 * 5 + 301 + 1
     # The bound: 6 x 16,384 bytes at the 6.4 GB/s peak is 1,536 cycles.
     assert report.hbm_bound_pct == pytest.approx(100 * 1536 / report.cycles)
+
+
+def test_an_allgathers_destination_blocks_buffer_words_above_it():
+    """The scoreboard takes an ALLGATHER's destination from its base up (only the router learns the other cards'
+    columns): a VADD writing ABUF above it waits for the ALLGATHER, one writing below it does not."""
+    gather = "ALLGATHER dst=ABUF[100] src1=ABUF[{src}] rows=1 n=8 k={k} dst_stride=16 src1_stride=16"
+    for dst, decided in ((3000, 88), (0, 45)):
+        vadd = f"VADD dst=ABUF[{dst}] src1=ABUF[{dst + 50}] src2=IMM[0x3c00] rows=1 n=8"
+        report = run([f"{gather.format(src=100, k=0)}\n{vadd}\nHALT", f"{gather.format(src=108, k=8)}\n{vadd}\nHALT"])
+        # the ALLGATHER: decided at 41, taken at 43, 11 cycles on direct links + the 34-cycle hop: done at 88
+        assert report.cards[0].timeline[0] == ("ALLGATHER", 41, 43, 88)
+        assert report.cards[0].timeline[1][1] == decided
