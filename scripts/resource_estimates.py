@@ -169,13 +169,14 @@ def buffer_estimate(cfg) -> dict:
     return out
 
 
-def core_estimates(json_path: Path, reuse: bool = False) -> int:
-    """The --core report (see the module docstring)."""
+def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
+    """The --core report (see the module docstring) for `cfg`, by default the u280 preset (scripts/build_bitstream.py
+    passes the config it builds)."""
     import dataclasses
 
     from ringgpt.hw.config import get_config
     from ringgpt.hw.core.dma import DMAUnit, PortEngine
-    u280, small = get_config("u280"), get_config("sim-small")
+    target, small = cfg or get_config("u280"), get_config("sim-small")
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
     if reuse and json_path.exists():
@@ -193,7 +194,7 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
         return cache[name]
 
     rows = {}
-    for unit, (cls, parts) in unit_parts(u280).items():
+    for unit, (cls, parts) in unit_parts(target).items():
         small_cls, small_parts = unit_parts(small)[unit]
         composed_small = {}
         for name, build, count in small_parts:
@@ -206,20 +207,21 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
         rows[f"{cls.__name__} (composed)"] = total
         rows[f"  {cls.__name__}: control and glue (sim-small)"] = glue
     try:
-        rows["DMAUnit"] = _add({}, synth("DMAUnit(u280)", lambda: DMAUnit(u280)))
+        rows["DMAUnit"] = _add({}, synth(f"DMAUnit({target.name})", lambda: DMAUnit(target)))
     except RuntimeError as exc:
         # YoWASP Yosys stops with an internal assertion (count_id(wire->name) == 0 in ABC's reintegration) on
         # the DMA at every width tried (8 to 64): its AXI port engines are synthesised alone and counted once per
         # port, and the dominant registers of the rest are counted. The transpose tile is P x P words of 16
         # flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the write register P words +
         # address + mask; the step pipeline and counters about 300 more.
-        P = u280.vector_width
-        print(f"  DMAUnit(u280) not synthesised ({exc}): engines synthesised, the rest counted", flush=True)
+        P = target.vector_width
+        print(f"  DMAUnit({target.name}) not synthesised ({exc}): engines synthesised, the rest counted", flush=True)
         tile = 16 * P * P
-        engines = _add({}, synth("PortEngine(u280, channel 0)", lambda: PortEngine(u280, 0)), u280.hbm_channels + 1)
+        engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)),
+                       target.hbm_channels + 1)
         rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
             engines, {"LUT": tile + 16 * P, "FF": tile + 16 * P + 32 + P + 300, "DSP": 3, "BRAM36": 0, "URAM": 0})
-    buffers = buffer_estimate(u280)
+    buffers = buffer_estimate(target)
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
     total = {}
@@ -227,7 +229,7 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
         if not name.startswith(" "):
             total = _add(total, row)
     rows["total"] = total
-    print(f"{'u280':40}" + "".join(f"{k:>12}" for k in U280_LIMITS))
+    print(f"{target.name:40}" + "".join(f"{k:>12}" for k in U280_LIMITS))
     for name, row in list(rows.items()) + [("U280", U280_LIMITS)]:
         print(f"{name:40}" + "".join(f"{round(row.get(k, 0)):>12,}" for k in U280_LIMITS))
     print("percent of U280" + " " * 25 + "".join(f"{100 * total.get(k, 0) / U280_LIMITS[k]:>11.0f}%" for k in U280_LIMITS))
@@ -236,7 +238,7 @@ def core_estimates(json_path: Path, reuse: bool = False) -> int:
               f"({b['URAM_per_copy']} URAM or {b['BRAM36_per_copy']} RAMB36), {b['copies']} read ports = copies, "
               f"{len(b['write_ports'])} write ports")
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": "u280", "limits": U280_LIMITS, "rows": rows,
+    json_path.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": target.name, "limits": U280_LIMITS, "rows": rows,
                                      "buffers": buffers, "parts": cache, "synthesis_seconds": log}, indent=2) + "\n")
     print(f"wrote {json_path}")
     return 0
