@@ -16,6 +16,11 @@ program order, then card) whose error leaves its bound is the first failure; it 
 instruction that wrote the value, and the instruction that last wrote its worst element (followed through
 ALLGATHERs to the card that computed it), found by exact block arithmetic over the program resolved for the run.
 
+A device without run_watched (the RTL simulation, the boards) is checked by layer dispatch instead
+(host/runtime/layers.py, Device.load_programs): every run is dispatched one layer at a time and the residual stream
+read back after the embedding and after each layer; with the logits read from the host buffers, those probes
+("embed", "L<n>.res2", "logits") are compared as above, the other kinds are reported as not compared.
+
 Bounds (relative RMS error against FP32; `BOUNDS`, one per sub-block kind). The appliance stores every activation
 in FP16 (unit roundoff 2^-11 = 4.9e-4: one rounding gives a relative RMS error of about 2.8e-4) and accumulates in
 FP32, so a healthy program's values are a few e-4 to a few e-3 from FP32, growing slowly with depth. Largest errors
@@ -58,6 +63,7 @@ from ringgpt.host.reference.generate import validate_prompt
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime.appliance import Appliance
 from ringgpt.host.runtime.generation import LOGITS_BOUND, relative_rms
+from ringgpt.host.runtime.layers import LayerDispatchError, layer_image, layer_programs, run_layers
 from ringgpt.hw.isa import Instruction, Opcode, Space, decode
 from ringgpt.hw.resolved import Resolved, access_blocks, resolve_run, with_gather_slices
 
@@ -173,7 +179,9 @@ class CheckReport:
     logits_rel_rms: float
     """End to end: the logits read from the host buffers after every run that ends a step, against FP32."""
     missing: list = field(default_factory=list)
-    """Sub-block kinds the image's probes do not cover."""
+    """Sub-block kinds not compared: the image's probes do not cover them, or layer dispatch does not read them."""
+    method: str = "run_watched"
+    """How the values were read: "run_watched" (every probe) or "layer dispatch" (embed, L<n>.res2, logits)."""
 
     @property
     def first_failure(self) -> ProbeResult | None:
@@ -345,17 +353,62 @@ def _compare(probe: dict, values: np.ndarray, reference: np.ndarray) -> tuple:
     return rel, max_abs, (row, ref_col, abuf_col), float(a.flat[flat]), float(r.flat[flat])
 
 
+def _watched_run(device, probes: list, pos: int, rows: int) -> dict:
+    """One run through Device.run_watched: {(card, probe index): (rows, width) values} of every probe."""
+    snapshots: dict = {}
+    watch: dict = {}
+    for card, plist in enumerate(probes):
+        for index, probe in enumerate(plist):
+            watch.setdefault((card, probe["pc"]), []).append(index)
+
+    def callback(card, pc, read):
+        for index in watch[(card, pc)]:
+            probe = probes[card][index]
+            count = rows if probe["rows"] == "run" else 1
+            width, stride = int(probe["width"]), int(probe["stride"])
+            words = read(Space.ABUF, int(probe["addr"]), (count - 1) * stride + width if count else 0)
+            snapshots[(card, index)] = np.lib.stride_tricks.as_strided(
+                words, (count, width), (stride * words.itemsize, words.itemsize)).copy()
+    device.run_watched(pos, rows, {key: callback for key in watch})
+    return snapshots
+
+
+def _dispatched_run(device, image: ApplianceImage, appliance: Appliance, logits_probes: dict, pos: int,
+                    rows: int) -> dict:
+    """One run by layer dispatch: the values at the layer cuts, and the logits read from the host buffers."""
+    snapshots = {(state.card, state.probe): state.values for state in run_layers(device, image, pos, rows)}
+    for entry, part in zip(image.meta["host"]["logits"], appliance.logits_parts()):
+        if int(entry["card"]) in logits_probes:
+            snapshots[(int(entry["card"]), logits_probes[int(entry["card"])])] = part[None]
+    return snapshots
+
+
 def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int], decode_steps: int = 4,
                  bounds: dict | None = None) -> CheckReport:
     """Runs `prompt_ids` (in runs of max_rows tokens) and then `decode_steps` teacher-forced decode runs (the
     reference's greedy tokens) on `device` with `image`, snapshots every probe of every card after its
-    instruction (Device.run_watched), and compares each with the FP32 reference (`model`, a transformers
-    GPT2LMHeadModel in FP32). `bounds` overrides entries of BOUNDS (by sub-block kind)."""
+    instruction (Device.run_watched; on a device without it, the probes at the layer cuts by layer dispatch), and
+    compares each with the FP32 reference (`model`, a transformers GPT2LMHeadModel in FP32). `bounds` overrides
+    entries of BOUNDS (by sub-block kind)."""
     bounds = {**BOUNDS, **(bounds or {})}
     probes = _validate_probes(image)
-    if not getattr(device, "supports_watch", False):
-        raise CheckError(f"{type(device).__name__} has no run_watched: the layer-by-layer check needs a device that "
-                         "can stop after an instruction (the functional simulator)")
+    watching = getattr(device, "supports_watch", False)
+    logits_probes: dict = {}
+    if watching:
+        observed = {(card, index) for card, plist in enumerate(probes) for index in range(len(plist))}
+    elif getattr(device, "supports_load_programs", False):
+        try:
+            image = layer_image(image)
+            observed = {(card, index) for segment in layer_programs(image) for card, index in enumerate(segment.probes)}
+        except LayerDispatchError as exc:
+            raise CheckError(str(exc)) from None
+        logits_probes = {card: index for card, plist in enumerate(probes) for index, probe in enumerate(plist)
+                         if probe["name"] == "logits"}
+        observed |= set(logits_probes.items())
+    else:
+        raise CheckError(f"{type(device).__name__} has no run_watched and no load_programs: the layer-by-layer check "
+                         "needs a device that can stop after an instruction (the functional simulator) or run a "
+                         "layer at a time (Device.load_programs)")
     prompt_ids = [int(t) for t in prompt_ids]
     appliance = Appliance(device, image)
     sampling = SamplingConfig(max_new_tokens=decode_steps + 1, stop_at_eos=False)
@@ -364,7 +417,8 @@ def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int]
     reference_tokens = reference_generate(model, prompt_ids, sampling, return_logits=False).generated_ids
     sequence = prompt_ids + reference_tokens[:decode_steps]
     ref = reference_intermediates(model, sequence)
-    missing = [kind for kind in BOUNDS if not any(probe_kind(p["name"]) == kind for plist in probes for p in plist)]
+    missing = [kind for kind in BOUNDS if not any(probe_kind(probes[card][index]["name"]) == kind
+                                                  for card, index in observed)]
 
     runs = [(start, min(appliance.max_rows, len(prompt_ids) - start))
             for start in range(0, len(prompt_ids), appliance.max_rows)]
@@ -374,23 +428,10 @@ def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int]
     cards = len(image.cards)
     results, logits, tokens = [], [], []
     for run, (pos, rows) in enumerate(runs):
-        snapshots: dict = {}
-        watch: dict = {}
-        for card, plist in enumerate(probes):
-            for index, probe in enumerate(plist):
-                watch.setdefault((card, probe["pc"]), []).append(index)
-
-        def callback(card, pc, read, _rows=rows, _watch=watch, _snapshots=snapshots):
-            for index in _watch[(card, pc)]:
-                probe = probes[card][index]
-                count = _rows if probe["rows"] == "run" else 1
-                width, stride = int(probe["width"]), int(probe["stride"])
-                words = read(Space.ABUF, int(probe["addr"]), (count - 1) * stride + width if count else 0)
-                _snapshots[(card, index)] = np.lib.stride_tricks.as_strided(
-                    words, (count, width), (stride * words.itemsize, words.itemsize)).copy()
         for card in range(cards):
             device.write_host(card, ids_offset, np.asarray(sequence[pos:pos + rows], np.uint16))
-        device.run_watched(pos, rows, {key: callback for key in watch})
+        snapshots = _watched_run(device, probes, pos, rows) if watching else _dispatched_run(
+            device, image, appliance, logits_probes, pos, rows)
         if run >= prompt_runs - 1:
             row = appliance.logits()
             logits.append(row)
@@ -399,6 +440,8 @@ def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int]
         run_results = []
         for card, plist in enumerate(probes):
             for index, probe in enumerate(plist):
+                if (card, index) not in observed:
+                    continue
                 first_row = pos if probe["rows"] == "run" else pos + rows - 1
                 count = rows if probe["rows"] == "run" else 1
                 compared = _compare(probe, snapshots[(card, index)], ref[probe["name"]][first_row:first_row + count])
@@ -424,7 +467,8 @@ def check_layers(model, image: ApplianceImage, device, prompt_ids: Sequence[int]
         results += run_results
     reference_logits = ref["logits"][len(prompt_ids) - 1:len(prompt_ids) + decode_steps]
     return CheckReport(runs, prompt_runs, results, tokens, list(reference_tokens[:decode_steps + 1]),
-                       relative_rms(np.stack(logits), reference_logits), missing)
+                       relative_rms(np.stack(logits), reference_logits), missing,
+                       "run_watched" if watching else "layer dispatch")
 
 
 # --- presentation ---------------------------------------------------------------------------------------------
@@ -481,7 +525,7 @@ def report_dict(report: CheckReport) -> dict:
     return {"passed": report.passed, "verdict": report.verdict(), "runs": [list(r) for r in report.runs],
             "prompt_runs": report.prompt_runs, "tokens": report.tokens, "reference_tokens": report.reference_tokens,
             "logits_rel_rms": number(report.logits_rel_rms), "logits_bound": LOGITS_BOUND, "bounds": BOUNDS,
-            "missing": report.missing,
+            "missing": report.missing, "method": report.method,
             "first_failure": None if report.first_failure is None else report.first_failure.describe(),
             "results": [{**{k: (number(v) if isinstance(v, float) else v) for k, v in asdict(r).items()
                             if k != "writer"}, "passed": r.passed,

@@ -75,13 +75,14 @@ def reference_backend(request: Request, on_token: Callable[[int], None], status:
 
 
 def appliance_backend(backend: str) -> Backend:
-    """The appliance: the model compiled for `cards` cards of `config`, run on the functional simulator (`sim`) or
-    on the cores' RTL (`rtl`); reports the simulation speed, the time on the cards (modeled by the cycle model, or
-    counted by the RTL), and the check against the FP32 reference."""
+    """The appliance: the model compiled for `cards` cards of `config`, run on the functional simulator (`sim`), on
+    the cores' RTL (`rtl`) or on Alveo boards (`alveo`); reports the speed, the time on the cards (modeled by the
+    cycle model, or counted by the RTL or the boards' kernels), and the check against the FP32 reference."""
     def run(request: Request, on_token: Callable[[int], None], status: Console) -> Summary:
         from rich.text import Text
 
-        what = "simulated appliance" if backend == "sim" else f"RTL of the appliance ({request.simulator})"
+        what = {"sim": "simulated appliance", "rtl": f"RTL of the appliance ({request.simulator})",
+                "alveo": "the appliance on Alveo boards"}[backend]
         status.print(Text(f"{what}: {request.model} on {request.cards} x {request.config} "
                           "(compiling on first use, then cached)", style="dim"))
         from ringgpt.host.runtime.generation import run_generation  # imports torch and the simulator only when used
@@ -91,19 +92,23 @@ def appliance_backend(backend: str) -> Backend:
                                 sampling=request.sampling, on_token=on_token, check_reference=request.check_reference,
                                 backend=backend, device_options=options)
         result = report.result
-        lines = [f"{len(result.generated_ids)} tokens on {report.config}; simulation {result.wall_s:.1f} s "
+        lines = [f"{len(result.generated_ids)} tokens on {report.config}; "
+                 f"{'boards' if backend == 'alveo' else 'simulation'} {result.wall_s:.1f} s "
                  f"({result.tokens_per_s:.2f} tokens/s); image {'cached' if report.image_cached else 'compiled'} "
-                 f"in {report.compile_s:.1f} s", *(modeled_lines(report) if backend == "sim" else rtl_lines(report))]
+                 f"in {report.compile_s:.1f} s",
+                 *(modeled_lines(report) if backend == "sim" else rtl_lines(report, counted_by=backend))]
         return verdict_summary(request, report, lines)
     return run
 
 
-def rtl_lines(report) -> list[str]:
-    """The cycles the RTL counted in a generation, and what they come to at the config's clock."""
+def rtl_lines(report, counted_by: str = "rtl") -> list[str]:
+    """The cycles the RTL (or the boards' kernels: counted_by="alveo") counted in a generation, and what they come
+    to at the config's clock."""
     result = report.result
     decode = result.decode_ms_under(None)
     per_token = "n/a (one token)" if decode is None else f"{decode:.3f} ms/token"
-    return [f"RTL cycles at the config's clock: time to first token {1e3 * result.ttft_under(None):.2f} ms; "
+    counter = "kernel cycles on the boards" if counted_by == "alveo" else "RTL cycles"
+    return [f"{counter} at the config's clock: time to first token {1e3 * result.ttft_under(None):.2f} ms; "
             f"decode {per_token} (device + launch)"]
 
 
@@ -146,8 +151,8 @@ def modeled_lines(report) -> list[str]:
 
 
 BACKENDS: dict[str, Backend] = {"sim": appliance_backend("sim"), "rtl": appliance_backend("rtl"),
-                                "reference": reference_backend}
-APPLIANCE_BACKENDS = ("sim", "rtl")
+                                "alveo": appliance_backend("alveo"), "reference": reference_backend}
+APPLIANCE_BACKENDS = ("sim", "rtl", "alveo")
 
 
 @click.group(cls=Group, epilog="Exit status: 0 ok; 1 a failed device run or an internal fault; 2 bad input; 3 the "
@@ -198,12 +203,14 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
 @model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
               help="sim: the appliance on the functional simulator; rtl: on the cores' RTL (slow: use --config "
-                   "sim-small and a small model); reference: PyTorch")
-@config_options(" (sim and rtl backends)")
+                   "sim-small and a small model); alveo: on Alveo U280 boards (PYNQ, a bitstream from "
+                   "scripts/build_bitstream.py); reference: PyTorch")
+@config_options(" (sim, rtl and alveo backends)")
 @click.option("--simulator", type=click.Choice(["verilator", "icarus"]), default="verilator", show_default=True,
               help="the RTL simulator (rtl backend)")
 @click.option("--check-reference/--no-check-reference", default=True, show_default=True,
-              help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim and rtl backends)")
+              help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim, rtl and alveo "
+                   "backends)")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
 @click.option("--greedy/--sample", default=SamplingConfig.greedy, show_default=True,
               help="argmax decoding, or sampling with --temperature/--top-k/--top-p")
@@ -230,13 +237,16 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
     if backend in APPLIANCE_BACKENDS:
         reject_unused(ctx, ("dtype", "device"), f"with the {backend} backend (the appliance computes in FP16)",
                       "--backend reference")
-        if backend == "sim":
-            reject_unused(ctx, ("simulator",), "with the sim backend (the functional simulator)", "--backend rtl")
+        if backend != "rtl":
+            reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
         arch = arch_config(config_name, cards)
         config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
+        if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
+            from ringgpt.host.alveo import check_boards
+            check_boards(arch)
     else:
         reject_unused(ctx, ("config_name", "cards", "check_reference", "simulator"), "with --backend reference",
-                      "the sim or rtl backend (the appliance)")
+                      "the sim, rtl or alveo backend (the appliance)")
         arch = None
         if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
             raise click.BadParameter(f"{device!r}: use cpu, cuda, cuda:N or auto", ctx, param_hint="'--device'")
@@ -279,7 +289,13 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
               f"{EXIT_INTERRUPTED} when interrupted.")
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
+@click.option("--backend", type=click.Choice(APPLIANCE_BACKENDS), default="sim", show_default=True,
+              help="sim: the functional simulator, every probed value; the others (rtl: the cores' RTL, slow: use "
+                   "--config sim-small and a small model; alveo: the boards) run one layer at a time and compare "
+                   "the embedding, each layer's output and the logits")
 @config_options()
+@click.option("--simulator", type=click.Choice(["verilator", "icarus"]), default="verilator", show_default=True,
+              help="the RTL simulator (rtl backend)")
 @click.option("--steps", "--max-new-tokens", "steps", type=click.IntRange(0, None), default=4, show_default=True,
               help="teacher-forced decode steps after the prompt (the reference's greedy tokens)")
 @click.option("--max-context", type=click.IntRange(1, None), default=None,
@@ -290,15 +306,24 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the full report (every probe, card and run) as JSON")
 @debug_option
-def check_command(prompt: str, model: str, config_name: str, cards: int | None, steps: int, max_context: int | None,
-                  max_rows: int | None, all_runs: bool, json_path: str | None) -> None:
-    """Compare the compiled programs on the functional simulator with the PyTorch FP32 reference, layer by layer.
+@click.pass_context
+def check_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
+                  simulator: str, steps: int, max_context: int | None, max_rows: int | None, all_runs: bool,
+                  json_path: str | None) -> None:
+    """Compare the compiled programs on a device with the PyTorch FP32 reference, layer by layer.
 
     Runs PROMPT and then STEPS teacher-forced decode steps, snapshots every probed value (embedding, LN1, QKV,
     attention, projection, residual, LN2, MLP hidden, MLP out, residual, final LN, logits) on every card after
-    the instruction that wrote it, and reports each one's relative RMS error against the reference, its bound,
-    and the first place where an error leaves its bound: the card, the pc and the instruction."""
+    the instruction that wrote it (on the functional simulator; other backends run one layer at a time and
+    read back the embedding, each layer's output and the logits), and reports each one's relative RMS error
+    against the reference, its bound, and the first place where an error leaves its bound: the card, the pc and
+    the instruction."""
+    if backend != "rtl":
+        reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
     arch = arch_config(config_name, cards)
+    if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
+        from ringgpt.host.alveo import check_boards
+        check_boards(arch)
     if json_path:
         check_writable_file(json_path, "--json")
     _, prompt_ids, _, context = _preflight(prompt, model, SamplingConfig(max_new_tokens=max(steps, 1)),
@@ -309,9 +334,9 @@ def check_command(prompt: str, model: str, config_name: str, cards: int | None, 
 
     from ringgpt.host import check
     from ringgpt.host.compiler import compile_model
+    from ringgpt.host.device import open_device
     from ringgpt.host.reference.models import load_model
     from ringgpt.host.runtime import cached_image
-    from ringgpt.sim.functional import SimulatorDevice
 
     status = _status_console()
     out = Console(width=max(Console().width, 120))
@@ -321,12 +346,18 @@ def check_command(prompt: str, model: str, config_name: str, cards: int | None, 
             image, _ = cached_image(net, arch, context)
         else:
             image = compile_model(net, arch, context, max_rows=max_rows)
-    status.print(Text(f"checking {model} on {arch.name} (functional simulator) against PyTorch FP32: "
-                      f"{len(prompt_ids)} prompt tokens, {steps} decode steps", style="dim"))
-    report = check.check_layers(net, image, SimulatorDevice(arch), prompt_ids, decode_steps=steps)
+    device = open_device(backend, arch, **({"simulator": simulator} if backend == "rtl" else {}))
+    try:
+        status.print(Text(f"checking {model} on {arch.name} ({device.status().name}) against PyTorch FP32: "
+                          f"{len(prompt_ids)} prompt tokens, {steps} decode steps", style="dim"))
+        report = check.check_layers(net, image, device, prompt_ids, decode_steps=steps)
+    finally:
+        device.close()
     out.print(check.report_table(report, all_runs=all_runs, title=f"ringgpt check: {model} on {arch.name}"))
     if report.missing:
-        out.print(Text(f"not probed by this image: {', '.join(report.missing)}", style="yellow"))
+        what = ("not probed by this image" if report.method == "run_watched"
+                else "not compared (layer dispatch reads the embedding, each layer's output and the logits)")
+        out.print(Text(f"{what}: {', '.join(report.missing)}", style="yellow"))
     verdict = report.verdict()
     out.print(Text(verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
     if json_path:

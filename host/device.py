@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.isa import Space
+from ringgpt.hw.isa import Program, Space
 
 MemoryReader = Callable[[Space, int, int], np.ndarray]
 """read(space, address, count): a copy of `count` words of one card's memory as it is at that moment."""
@@ -30,6 +30,10 @@ class DeviceError(RingGPTError, RuntimeError):
 
 class WatchUnsupportedError(DeviceError):
     """Device.run_watched on a back end that cannot stop after a given instruction."""
+
+
+class ProgramsUnsupportedError(DeviceError):
+    """Device.load_programs on a back end that cannot replace the loaded programs."""
 
 
 @dataclass
@@ -90,7 +94,19 @@ class Device(ABC):
         `read(space, address, count)` returning a copy of that card's memory words as they are then. What a
         callback does must not change the run. Back ends that cannot stop there raise WatchUnsupportedError."""
         raise WatchUnsupportedError(f"{type(self).__name__} cannot watch instructions (no run_watched): "
-                                    "layer-by-layer checks run on the functional simulator")
+                                    "layer-by-layer checks use layer dispatch (load_programs) there")
+
+    supports_load_programs: bool = False
+    """Whether load_programs works on this back end (layer dispatch: host/runtime/layers.py)."""
+
+    def load_programs(self, programs: Sequence[Program]) -> None:
+        """Optional: replaces every card's program of the loaded image by programs[card] (a Program built for
+        that card of this config, as in ApplianceImage.cards[card].program), leaving HBM, ABUF, WBUF and the
+        host buffers as they are; the next run starts it at pc 0. Raises ImageError or IllegalInstructionFault
+        for a wrong card count or a malformed program, NotLoadedError before load. Back ends that cannot swap
+        programs raise ProgramsUnsupportedError."""
+        raise ProgramsUnsupportedError(f"{type(self).__name__} cannot load programs into a loaded image (no "
+                                       "load_programs): layer dispatch needs a back end that can")
 
     @abstractmethod
     def status(self) -> DeviceStatus:
@@ -100,9 +116,11 @@ class Device(ABC):
         """Releases the back end's resources (boards, simulator processes)."""
 
 
-BACKENDS = {"sim": "ringgpt.sim.functional.device:SimulatorDevice", "rtl": "ringgpt.sim.rtl.device:RtlDevice"}
-"""The Device back ends by name: the functional simulator and the RTL simulation (the boards' driver joins
-them with the Alveo path). The runtime opens them through `open_device` and speaks to `Device` alone."""
+BACKENDS = {"sim": "ringgpt.sim.functional.device:SimulatorDevice", "rtl": "ringgpt.sim.rtl.device:RtlDevice",
+            "alveo": "ringgpt.host.alveo.driver:AlveoDevice"}
+"""The Device back ends by name: the functional simulator, the RTL simulation and the Alveo boards' driver (whose
+`platform` option runs it on the kernel's RTL instead: sim/rtl/kernel_platform.py). The runtime opens them
+through `open_device` and speaks to `Device` alone."""
 
 
 def open_device(backend: str, config: ArchConfig, **options) -> Device:

@@ -58,6 +58,19 @@ def decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
     return decoded
 
 
+def checked_programs(programs, cfg: ArchConfig) -> list[list]:
+    """Every card's program decoded (decode_program), one Program per card of `cfg` in card order; raises
+    ImageError for another count or something that is not a Program, IllegalInstructionFault naming the card
+    and pc of a malformed instruction. Device.load_programs checks through it."""
+    programs = list(programs)
+    if len(programs) != cfg.cards:
+        raise ImageError(f"load_programs got {len(programs)} programs but config {cfg.name!r} has {cfg.cards} cards")
+    for index, program in enumerate(programs):
+        if not isinstance(program, Program):
+            raise ImageError(f"card {index}'s program is a {type(program).__name__}, not a ringgpt.hw.isa.Program")
+    return [decode_program(index, program, cfg) for index, program in enumerate(programs)]
+
+
 @dataclass
 class CheckedCard:
     """One card of an image, checked against the config: its program decoded, its HBM segments as FP16
@@ -133,6 +146,15 @@ class SimulatorDevice(Device):
             cards.append(card)
         self.cards = cards
         self.last_report = None
+
+    supports_load_programs = True
+
+    def load_programs(self, programs) -> None:
+        """Replaces every card's program (one Program per card, checked as load checks them); memories stay."""
+        if not self.cards:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        for card, program in zip(self.cards, checked_programs(programs, self.config)):
+            card.program = program
 
     def _card(self, card: int) -> Card:
         if not self.cards:

@@ -3,10 +3,10 @@
 The simulation (`RingTop`: one `hw.core.core.Core` per card, ring links closed, every AXI4 port answered
 by a cocotbext-axi `AxiRam`) runs as a cocotb test in a simulator process (`sim/rtl/server.py`) that
 serves commands over a local socket: load the image's programs and HBM contents into the memories,
-write and read host buffers, run every core from a token position until all halt. The process is built
-once per (design, simulator) in `sim_build/` and kept alive between runs, so ABUF and WBUF persist from
-run to run as on a board. Errors come back as the functional simulator's DeviceError subclasses, naming
-the card, the pc and the instruction.
+replace the programs (layer dispatch), write and read host buffers, run every core from a token position
+until all halt. The process is built once per (design, simulator) in `sim_build/` and kept alive between
+runs, so ABUF and WBUF persist from run to run as on a board. Errors come back as the functional
+simulator's DeviceError subclasses, naming the card, the pc and the instruction.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import REG_MASK, format_instruction
 from ringgpt.sim.cocotb_support import runner
-from ringgpt.sim.functional.device import as_words, checked_cards
+from ringgpt.sim.functional.device import as_words, checked_cards, checked_programs
 from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, HostAccessError,
                                            IllegalInstructionFault, NotLoadedError, RingDeadlockError,
                                            SimulatorError)
@@ -140,6 +140,17 @@ class RtlDevice(Device):
         self._call("load", [{"program": [d.inst.encode() for d in card.program],
                              "hbm": [(address, words.view(np.uint16)) for address, words in card.hbm_segments],
                              "hbm_words": card.hbm_words, "host_words": card.host_words} for card in cards])
+
+    supports_load_programs = True
+
+    def load_programs(self, programs) -> None:
+        """Writes every card's new program (checked as load checks them) over the old one in its program memory;
+        HBM, ABUF, WBUF and the host buffers stay as they are."""
+        if not self._programs:
+            raise NotLoadedError("no appliance image is loaded; call load() first")
+        decoded = checked_programs(programs, self.config)
+        self._call("load_programs", [[d.inst.encode() for d in program] for program in decoded])
+        self._programs = decoded
 
     def _host_range(self, card: int, offset: int, count: int) -> None:
         if not self._programs:

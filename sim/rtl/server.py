@@ -3,9 +3,10 @@
 It builds a cocotbext-axi `AxiRam` for every AXI4 port of every core of `RingTop` (HBM pseudo-channels,
 host buffer; an `AxiRamRead` for instruction fetch), connects to the RtlDevice's socket and serves its
 commands until `quit`: `load` (programs, HBM segments placed through the ISA's channel map, host buffer
-sizes), `write_host` / `read_host`, `run` (pos, rows, cycle limit: one start pulse to every core, then
-wait until all have halted, one has stopped on an error, or the limit passed; answers each core's
-done, error code, error pc, pc and counters). With the testbench argument `pause`, every RAM and ring
+sizes), `load_programs` (every card's program replaced, the memories kept), `write_host` / `read_host`,
+`run` (pos, rows, cycle limit: one start pulse to every core, then wait until all have halted, one has
+stopped on an error, or the limit passed; answers each core's done, error code, error pc, pc and
+counters). With the testbench argument `pause`, every RAM and ring
 link pauses at random (for tests).
 """
 from __future__ import annotations
@@ -81,11 +82,19 @@ class RingBench:
     # --- commands ---------------------------------------------------------------------------------
     async def load(self, cards: list):
         for index, card in enumerate(cards):
-            self.prog[index].write(0, b"".join(int(word).to_bytes(INSTRUCTION_BYTES, "little")
-                                               for word in card["program"]))
+            self.write_program(index, card["program"])
             for address, words in card["hbm"]:
                 self.write_hbm(index, address, np.asarray(words, np.uint16))
         return None
+
+    async def load_programs(self, programs: list):
+        for index, words in enumerate(programs):
+            self.write_program(index, words)
+        return None
+
+    def write_program(self, card: int, words: list):
+        """The program's 512-bit words from pc 0 on (what lies beyond its HALT is never executed)."""
+        self.prog[card].write(0, b"".join(int(word).to_bytes(INSTRUCTION_BYTES, "little") for word in words))
 
     def write_hbm(self, card: int, address: int, words: np.ndarray):
         """HBM words [address, address + size) through the ISA's map: one contiguous write per channel."""
@@ -126,7 +135,8 @@ async def serve(dut):
     tb = RingBench(dut)
     await tb.start()
     conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-    commands = {"load": tb.load, "write_host": tb.write_host, "read_host": tb.read_host, "run": tb.run}
+    commands = {"load": tb.load, "load_programs": tb.load_programs, "write_host": tb.write_host,
+                "read_host": tb.read_host, "run": tb.run}
     try:
         while True:
             name, *arguments = conn.recv()
