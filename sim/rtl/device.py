@@ -11,16 +11,11 @@ simulator's DeviceError subclasses, naming the card, the pc and the instruction.
 from __future__ import annotations
 
 import json
-import secrets
-import tempfile
-import threading
 import time
-from multiprocessing.connection import Listener
-from pathlib import Path
 
 import numpy as np
 
-from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
+from ringgpt.host.device import Device, DeviceStatus, RunStats
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import REG_MASK, format_instruction
 from ringgpt.sim.cocotb_support import runner
@@ -29,22 +24,16 @@ from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError
                                            IllegalInstructionFault, NotLoadedError, RingDeadlockError,
                                            SimulatorError)
 
-SERVER_ENV = "RINGGPT_RTL_SERVER"
-"""Environment variable that tells the server where to connect: 'address authkey-hex'."""
+from .process import RtlError, SimulationProcess
+
 DEFAULT_CYCLE_LIMIT = 1 << 24
 """Cycles one run may take before the simulation stops it and reports where each core stands."""
-CONNECT_TIMEOUT_S = 1800
-"""How long to wait for the simulator to build and connect (a first Verilator build takes minutes)."""
 
 
 def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
     """The simulated top for `config`: one core per card on a ring (ring links pausing at random)."""
     return runner.Design.of("ringgpt.sim.rtl.top:RingTop", config=json.dumps(config.to_dict(), sort_keys=True),
                             pause_links=pause_links)
-
-
-class RtlError(DeviceError):
-    """The RTL simulation itself failed (build, crash, lost connection): not a program fault."""
 
 
 def fault(card: int, pc: int, code: str, program: list, cycles: int) -> SimulatorError:
@@ -69,9 +58,7 @@ class RtlDevice(Device):
         if reason:
             raise RtlError(f"the rtl backend needs {simulator}: {reason}")
         self.config, self.simulator, self.cycle_limit, self.pause = config, simulator, cycle_limit, pause
-        self._conn = None
-        self._thread = None
-        self._failure: BaseException | None = None
+        self._process: SimulationProcess | None = None
         self._programs: list = []
         self._host_words: list = []
         self._runs = 0
@@ -82,53 +69,13 @@ class RtlDevice(Device):
     # --- the simulator process ----------------------------------------------------------------------
     def _start(self) -> None:
         self.close()
-        folder = Path(tempfile.mkdtemp(prefix="ringgpt-rtl-"))
-        address, key = str(folder / "socket"), secrets.token_bytes(16)
-        listener = Listener(address, family="AF_UNIX", authkey=key)
-        env = {SERVER_ENV: f"{address} {key.hex()}"}
-
-        def simulate():
-            try:
-                runner.run_testbench(design_of(self.config, self.pause), "ringgpt.sim.rtl.server", self.simulator,
-                                     args={"pause": self.pause}, name="rtl-device", env=env,
-                                     quiet=True)
-            except BaseException as exc:       # reported to the caller by _call
-                self._failure = exc
-            finally:
-                try:                           # unblock accept() if the simulator never connected
-                    from multiprocessing.connection import Client
-                    Client(address, family="AF_UNIX", authkey=key).close()
-                except OSError:
-                    pass
-
-        self._thread = threading.Thread(target=simulate, name="rtl-simulator", daemon=True)
-        self._thread.start()
-        listener._listener._socket.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            conn = listener.accept()
-        except OSError as exc:
-            raise RtlError(f"the {self.simulator} simulation did not connect: {exc}") from None
-        finally:
-            listener.close()
-        if self._failure is not None:
-            conn.close()
-            raise RtlError(f"the {self.simulator} simulation failed to start: {self._failure}")
-        self._conn = conn
+        self._process = SimulationProcess(design_of(self.config, self.pause), "ringgpt.sim.rtl.server", self.simulator,
+                                          {"pause": self.pause}, "rtl-device", "the rtl backend")
 
     def _call(self, *command):
-        if self._conn is None:
+        if self._process is None:
             raise NotLoadedError("no appliance image is loaded; call load() first")
-        try:
-            self._conn.send(command)
-            status, value = self._conn.recv()
-        except (EOFError, OSError):
-            self._conn = None
-            if self._thread is not None:
-                self._thread.join(timeout=60)
-            raise RtlError(f"the {self.simulator} simulation stopped during {command[0]}: {self._failure}") from None
-        if status != "ok":
-            raise RtlError(f"the {self.simulator} simulation failed in {command[0]}: {value}")
-        return value
+        return self._process.call(*command)
 
     # --- Device ---------------------------------------------------------------------------------------
     def load(self, image) -> None:
@@ -209,15 +156,7 @@ class RtlDevice(Device):
                             bool(self._programs), self._runs, self._last_error)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.send(("quit",))
-                self._conn.recv()
-            except (EOFError, OSError):
-                pass
-            self._conn.close()
-            self._conn = None
-        if self._thread is not None:
-            self._thread.join(timeout=120)
-            self._thread = None
+        if self._process is not None:
+            self._process.close()
+            self._process = None
         self._programs = []

@@ -14,11 +14,6 @@ pointers' high words matter. The platform's clock is simulated time: the driver'
 from __future__ import annotations
 
 import json
-import secrets
-import tempfile
-import threading
-from multiprocessing.connection import Client, Listener
-from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +22,8 @@ from ringgpt.hw.kernel.registers import master_ports, register_map
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.cocotb_support.bench import CLOCK_PERIOD_NS
 
-from .device import CONNECT_TIMEOUT_S, DEFAULT_CYCLE_LIMIT, SERVER_ENV, RtlError
+from .device import DEFAULT_CYCLE_LIMIT
+from .process import RtlError, SimulationProcess
 
 MEMORY_BASE = 1 << 32
 """Byte address of a card's first bank in the simulation (bank p at MEMORY_BASE + p * bank size)."""
@@ -39,72 +35,6 @@ def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
     """The simulated ring of kernels for `config` (ring links pausing at random)."""
     return runner.Design.of("ringgpt.sim.rtl.kernel_ring:KernelRing",
                             config=json.dumps(config.to_dict(), sort_keys=True), pause_links=pause_links)
-
-
-class SimulationProcess:
-    """A cocotb testbench in a simulator process, serving commands over a local socket (the answers are
-    ("ok", value, cycles) or ("error", traceback, cycles)); `cycles` is the simulated clock at the last answer."""
-
-    def __init__(self, design: runner.Design, module: str, simulator: str, args: dict):
-        reason = runner.missing_reason(simulator)
-        if reason:
-            raise RtlError(f"the simulated Alveo platform needs {simulator}: {reason}")
-        self.simulator = simulator
-        self.cycles = 0
-        self._failure: BaseException | None = None
-        folder = Path(tempfile.mkdtemp(prefix="ringgpt-kernel-"))
-        address, key = str(folder / "socket"), secrets.token_bytes(16)
-        listener = Listener(address, family="AF_UNIX", authkey=key)
-
-        def simulate():
-            try:
-                runner.run_testbench(design, module, simulator, args=args, name="kernel-platform",
-                                     env={SERVER_ENV: f"{address} {key.hex()}"}, quiet=True)
-            except BaseException as exc:       # reported to the caller by call()
-                self._failure = exc
-            finally:
-                try:                           # unblock accept() if the simulator never connected
-                    Client(address, family="AF_UNIX", authkey=key).close()
-                except OSError:
-                    pass
-
-        self._thread = threading.Thread(target=simulate, name="kernel-simulator", daemon=True)
-        self._thread.start()
-        listener._listener._socket.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            self._conn = listener.accept()
-        except OSError as exc:
-            raise RtlError(f"the {simulator} simulation did not connect: {exc}") from None
-        finally:
-            listener.close()
-        if self._failure is not None:
-            self._conn.close()
-            raise RtlError(f"the {simulator} simulation failed to start: {self._failure}")
-
-    def call(self, *command):
-        if self._conn is None:
-            raise RtlError(f"the {self.simulator} simulation is closed")
-        try:
-            self._conn.send(command)
-            status, value, self.cycles = self._conn.recv()
-        except (EOFError, OSError):
-            self._conn = None
-            self._thread.join(timeout=60)
-            raise RtlError(f"the {self.simulator} simulation stopped during {command[0]}: {self._failure}") from None
-        if status != "ok":
-            raise RtlError(f"the {self.simulator} simulation failed in {command[0]}: {value}")
-        return value
-
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self.call("quit")
-            except RtlError:
-                pass
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-        self._thread.join(timeout=120)
 
 
 class SimBuffer:
@@ -176,7 +106,8 @@ class SimKernelPlatform:
         if self.bank_bytes & (self.bank_bytes - 1) or MEMORY_BASE % self.bank_bytes:
             raise ValueError(f"the simulated banks need a power-of-two size up to 4 GiB, got {self.bank_bytes}")
         self.process = SimulationProcess(design_of(config, pause), "ringgpt.sim.rtl.kernel_server", simulator,
-                                         {"pause": pause, "bank_bytes": self.bank_bytes})
+                                         {"pause": pause, "bank_bytes": self.bank_bytes}, "kernel-platform",
+                                         "the simulated Alveo platform")
         self.cards = [SimKernelCard(self, index) for index in range(config.cards)]
         self.default_timeout_s = cycle_limit * CLOCK_PERIOD_NS * 1e-9
         self.description = f"the kernel RTL of {config.cards} card(s) ({simulator})"

@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In
 
 from ringgpt.hw.kernel.kernel import RING_PORTS, KernelTop
 
-from .top import _lfsr_bit, config_of
+from .top import lfsr_bit, config_of
 
 CLOCK, RESET = "ap_clk", "ap_rst_n"
 
@@ -55,7 +55,7 @@ class KernelRing(wiring.Component):
         tx, rx = RING_PORTS
         for i, kernel in enumerate(kernels):
             after = kernels[(i + 1) % self.cards]
-            go = _lfsr_bit(m, 0xACE1 + 77 * i, f"link{i}") if self.pause_links else 1
+            go = lfsr_bit(m, 0xACE1 + 77 * i, f"link{i}") if self.pause_links else 1
             m.d.comb += [getattr(after, f"{rx}_tdata").eq(getattr(kernel, f"{tx}_tdata")),
                          getattr(after, f"{rx}_tlast").eq(getattr(kernel, f"{tx}_tlast")),
                          getattr(after, f"{rx}_tvalid").eq(getattr(kernel, f"{tx}_tvalid") & go),

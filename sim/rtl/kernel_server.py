@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import traceback
-from multiprocessing.connection import Client
 
 import cocotb
 from cocotb.triggers import ClockCycles
@@ -27,8 +24,8 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiRamRead,
 from ringgpt.hw.kernel.registers import master_ports
 from ringgpt.sim.cocotb_support import bench
 
-from .device import SERVER_ENV
-from .server import _pauses
+from . import process
+from .server import pauses
 
 KERNEL_RESET_CYCLES = 4
 """Cycles `rst` is held, and waited after: the kernels see it two cycles late (KernelRing registers ap_rst_n, the
@@ -62,7 +59,7 @@ class KernelBench:
                     for name in ("aw", "w", "b", "ar", "r"):
                         channel = getattr(interface, f"{name}_channel", None)
                         if channel is not None:
-                            channel.set_pause_generator(_pauses(next(seeds)))
+                            channel.set_pause_generator(pauses(next(seeds)))
 
     def cycles(self) -> int:
         return int(get_sim_time(unit="ns")) // bench.CLOCK_PERIOD_NS
@@ -87,22 +84,8 @@ class KernelBench:
 @cocotb.test()
 async def serve(dut):
     """Serves SimKernelPlatform until it says quit."""
-    address, key = os.environ[SERVER_ENV].split()
     tb = KernelBench(dut)
     await bench.start(dut, reset_cycles=KERNEL_RESET_CYCLES)
     await ClockCycles(dut.clk, KERNEL_RESET_CYCLES)
-    conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-    commands = {"read": tb.read, "write": tb.write, "store": tb.store, "fetch": tb.fetch, "sleep": tb.sleep}
-    try:
-        while True:
-            name, *arguments = conn.recv()
-            if name == "quit":
-                conn.send(("ok", None, tb.cycles()))
-                return
-            try:
-                conn.send(("ok", await commands[name](*arguments), tb.cycles()))
-            except Exception:
-                conn.send(("error", traceback.format_exc(), tb.cycles()))
-                raise
-    finally:
-        conn.close()
+    await process.serve({"read": tb.read, "write": tb.write, "store": tb.store, "fetch": tb.fetch,
+                         "sleep": tb.sleep}, tb.cycles)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
-import traceback
-from multiprocessing.connection import Client
 
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, First, FallingEdge, RisingEdge
+from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiRam, AxiRamRead, AxiReadBus
 
 from ringgpt.hw import hbm
@@ -28,10 +26,11 @@ from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import INSTRUCTION_BYTES
 from ringgpt.sim.cocotb_support import bench
 
-SERVER_ENV = "RINGGPT_RTL_SERVER"
+from . import process
 
 
-def _pauses(seed: int):
+def pauses(seed: int):
+    """A repeating random pattern of pauses (30 % of cycles) for a cocotbext-axi channel."""
     rng = random.Random(seed)
     return itertools.cycle([rng.random() < 0.3 for _ in range(997)])
 
@@ -73,7 +72,7 @@ class RingBench:
             for name in ("aw", "w", "b", "ar", "r"):
                 channel = getattr(interface, f"{name}_channel", None)
                 if channel is not None:
-                    channel.set_pause_generator(_pauses(next(self.seeds)))
+                    channel.set_pause_generator(pauses(next(self.seeds)))
 
     async def start(self):
         await bench.start(self.dut)
@@ -131,22 +130,8 @@ class RingBench:
 @cocotb.test()
 async def serve(dut):
     """Serves the RtlDevice until it says quit."""
-    address, key = os.environ[SERVER_ENV].split()
     tb = RingBench(dut)
     await tb.start()
-    conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-    commands = {"load": tb.load, "load_programs": tb.load_programs, "write_host": tb.write_host,
-                "read_host": tb.read_host, "run": tb.run}
-    try:
-        while True:
-            name, *arguments = conn.recv()
-            if name == "quit":
-                conn.send(("ok", None))
-                return
-            try:
-                conn.send(("ok", await commands[name](*arguments)))
-            except Exception:
-                conn.send(("error", traceback.format_exc()))
-                raise
-    finally:
-        conn.close()
+    await process.serve({"load": tb.load, "load_programs": tb.load_programs, "write_host": tb.write_host,
+                         "read_host": tb.read_host, "run": tb.run},
+                        lambda: int(get_sim_time(unit="ns")) // bench.CLOCK_PERIOD_NS)

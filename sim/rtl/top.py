@@ -38,7 +38,7 @@ def core_verilog(cfg: ArchConfig) -> str:
     return verilog.convert(Core(cfg), name=CORE_MODULE, emit_src=False)
 
 
-def _lfsr_bit(m: Module, seed: int, name: str) -> Signal:
+def lfsr_bit(m: Module, seed: int, name: str) -> Signal:
     """One pseudo-random bit per cycle (16-bit Fibonacci LFSR)."""
     state = Signal(16, init=seed or 1, name=f"{name}_lfsr")
     m.d.sync += state.eq(Cat(state[1:], state[0] ^ state[2] ^ state[3] ^ state[5]))
@@ -91,7 +91,7 @@ class RingTop(wiring.Component):
             halted.append(core.done)
             stopped.append(core.error != ErrorCode.NONE)
             tx, rx = core.tx, cores[(i + 1) % self.cards].rx
-            go = _lfsr_bit(m, 0xACE1 + 77 * i, f"link{i}") if self.pause_links else 1
+            go = lfsr_bit(m, 0xACE1 + 77 * i, f"link{i}") if self.pause_links else 1
             m.d.comb += [rx.tdata.eq(tx.tdata), rx.tlast.eq(tx.tlast), rx.tvalid.eq(tx.tvalid & go),
                          tx.tready.eq(rx.tready & go)]
         m.d.comb += self.finished.eq(Cat(*halted).all() | Cat(*stopped).any())

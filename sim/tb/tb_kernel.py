@@ -35,6 +35,7 @@ from ringgpt.hw.kernel.kernel import KernelTop
 from ringgpt.hw.kernel.registers import (AP_DONE, AP_IDLE, AP_READY, AP_START, CONTROL, DATA_BITS, GIE, IER,
                                          IRQ_DONE, IRQ_READY, ISR, by_name, master_ports, register_map)
 from ringgpt.sim.cocotb_support import bench
+from ringgpt.sim.rtl.server import pauses
 from ringgpt.sim.rtl.top import config_of
 
 IRQ_MASK = IRQ_DONE | IRQ_READY
@@ -64,11 +65,6 @@ class KernelBench(wiring.Component):
         return m
 
 
-def _pauses(seed: int):
-    rng = random.Random(seed)
-    return itertools.cycle([rng.random() < 0.3 for _ in range(997)])
-
-
 class KernelTB:
     """Clock, reset, the host's AXI4-Lite master and the memories behind the m_axi ports."""
 
@@ -94,7 +90,7 @@ class KernelTB:
                 for name in ("aw", "w", "b", "ar", "r"):
                     channel = getattr(interface, f"{name}_channel", None)
                     if channel is not None:
-                        channel.set_pause_generator(_pauses(next(seeds)))
+                        channel.set_pause_generator(pauses(next(seeds)))
         self.host.write_if.log.setLevel(logging.WARNING)
         self.host.read_if.log.setLevel(logging.WARNING)
         dut.ring_rx_tvalid.value = 0
