@@ -377,7 +377,7 @@ def _dispatched_run(device, image: ApplianceImage, appliance: Appliance, logits_
                     rows: int) -> dict:
     """One run by layer dispatch: the values at the layer cuts, and the logits read from the host buffers."""
     snapshots = {(state.card, state.probe): state.values for state in run_layers(device, image, pos, rows)}
-    for entry, part in zip(image.meta["host"]["logits"], appliance.logits_parts()):
+    for entry, (part, _) in zip(image.meta["host"]["logits"], appliance.read_back()):
         if int(entry["card"]) in logits_probes:
             snapshots[(int(entry["card"]), logits_probes[int(entry["card"])])] = part[None]
     return snapshots

@@ -108,7 +108,8 @@ def modeled_case(case: dict, max_context: int) -> dict:
     dfx = case["dfx"]
     return {"label": case["label"], "model": case["model"], "cards": case["cards"], "config": config.name,
             "weight_bytes": weight_bytes, "hbm_bound_ms": bound_ms, "max_rows": image.meta["max_rows"],
-            "kv_group": image.meta["abuf"][0]["kv_group"], "headline": HEADLINE, "decode": decode, "ttft": ttft,
+            "kv_group": image.meta["abuf"][0]["kv_group"], "host_logits": image.meta["host"]["logits"],
+            "headline": HEADLINE, "decode": decode, "ttft": ttft,
             "assumptions": {label: {k: getattr(v, k) for k in ("clock_mhz", "hbm_efficiency", "hbm_page_miss_ns",
                                                                 "launch_overhead_us", "host_transfer_latency_us")}
                             | {"ring_hop_ns": v.ring_latency_ns} for label, v in variants.items()},
@@ -138,7 +139,7 @@ def host_path(results: list, logits: np.ndarray) -> dict:
         device_by_label = r["decode"][DECODE_POSITIONS[0]]["variants"]
         out[r["label"]] = {}
         for mode, cfg in SAMPLING_MODES.items():
-            cost = hostpath.measure_host_stages(logits, cfg, r["cards"])
+            cost = hostpath.measure_host_stages(logits, cfg, r["host_logits"])
             out[r["label"]][mode] = {label: hostpath.breakdown(variants[label], device_by_label[label]["device_ms"] / 1e3, cost)
                                      for label in (HEADLINE, "conservative")}
     return out
@@ -163,6 +164,29 @@ def simulation_speed(tokens: int) -> dict:
             "decode_tokens_per_s": len(result.decode_runs) / decode_wall if decode_wall else None}
 
 
+GPU_BASELINE = Path(__file__).resolve().parent.parent / "docs" / "bench" / "reference_h100.json"
+"""The PyTorch reference path measured on a GPU by scripts/bench_reference.py (docs/reference.md)."""
+
+
+def load_gpu_baseline(path: Path | None, results: list) -> dict | None:
+    """Per case label, the GPU's fastest variant at the prompt:output length nearest the decode position and
+    the 32-token prompt: {"device", "variant", "decode_ms", "ttft_ms"}; None without a file."""
+    if path is None or not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    out = {}
+    for r in results:
+        cells = [c for c in report["cells"] if c["size"] == r["model"]]
+        if not cells:
+            continue
+        short = min(c["prompt_len"] for c in cells)
+        best = min((c for c in cells if c["prompt_len"] == short), key=lambda c: c["decode_ms_per_token"])
+        out[r["label"]] = {"device": f"{report['device']}, {report['dtype']}", "variant": best["variant"],
+                           "lengths": f"{best['prompt_len']}:{best['new_tokens']}",
+                           "decode_ms": best["decode_ms_per_token"], "ttft_ms": best["ttft_ms"]}
+    return out
+
+
 def table(results: list, sim: dict | None) -> Table:
     labels = list(results[0]["decode"][DECODE_POSITIONS[0]]["variants"])
     t = Table(title=f"ringgpt appliance (modeled, u280; headline at {HEADLINE}) vs DFX (published, 200 MHz)")
@@ -183,6 +207,20 @@ def table(results: list, sim: dict | None) -> Table:
     return t
 
 
+def gpu_table(results: list, gpu: dict) -> Table:
+    t = Table(title="GPU baseline (measured, PyTorch reference path) beside the modeled appliance")
+    for column in ("case", "GPU", "variant", "prompt:output", "GPU decode", f"ringgpt decode ({HEADLINE})",
+                   "GPU first token (32)", f"ringgpt first token ({HEADLINE})"):
+        t.add_column(column, justify="left" if column in ("case", "GPU", "variant") else "right")
+    for r in results:
+        if r["label"] in gpu:
+            g = gpu[r["label"]]
+            t.add_row(r["label"], g["device"], g["variant"], g["lengths"], f"{g['decode_ms']:.3f} ms",
+                      f"{r['decode'][DECODE_POSITIONS[0]]['ms']:.3f} ms", f"{g['ttft_ms']:.1f} ms",
+                      f"{r['ttft'][PROMPT_LENGTHS[0]]['ms']:.1f} ms")
+    return t
+
+
 def host_table(host: dict) -> Table:
     t = Table(title="per generated token, decode at position 32 (us; conversion and sampling measured here, "
                     "CPU time of the host thread, on a trained model's logits)")
@@ -196,7 +234,7 @@ def host_table(host: dict) -> Table:
     return t
 
 
-def plot(results: list, path: Path) -> None:
+def plot(results: list, gpu: dict | None, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     labels = list(results[0]["decode"][DECODE_POSITIONS[0]]["variants"])
     series = [("DFX (published, 200 MHz)", lambda r: r["dfx"]["decode_ms"], "#999999")]
@@ -205,6 +243,10 @@ def plot(results: list, path: Path) -> None:
         series.append((f"ringgpt {label}" if label != "conservative" else "ringgpt, conservative set",
                        lambda r, label=label: r["decode"][DECODE_POSITIONS[0]]["variants"][label]["ms"],
                        colors.get(label, "#1f77b4" if label == HEADLINE else "#aec7e8")))
+    if gpu:
+        device = next(iter(gpu.values()))["device"]
+        series.append((f"PyTorch on {device}, {next(iter(gpu.values()))['variant']}",
+                       lambda r: gpu[r["label"]]["decode_ms"] if r["label"] in gpu else 0.0, "#9467bd"))
     series.append(("HBM bound", lambda r, : r["hbm_bound_ms"], "#2ca02c"))
     width = 0.8 / len(series)
     ax = axes[0]
@@ -236,20 +278,25 @@ def plot(results: list, path: Path) -> None:
 @click.option("--sim-tokens", type=int, default=8, show_default=True,
               help="tokens the functional-simulation speed run generates (0 skips it)")
 @click.option("--max-context", type=int, default=1024, show_default=True)
-def main(out: str, sim_tokens: int, max_context: int) -> None:
+@click.option("--gpu-baseline", type=click.Path(dir_okay=False, path_type=Path), default=GPU_BASELINE,
+              show_default=True, help="bench_reference.py JSON measured on a GPU, shown beside the modeled figures")
+def main(out: str, sim_tokens: int, max_context: int, gpu_baseline: Path) -> None:
     """Benchmark the modeled appliance against DFX and measure simulation speed."""
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = [modeled_case(case, max_context) for case in CASES]
     host = host_path(results, representative_logits())
     sim = simulation_speed(sim_tokens) if sim_tokens else None
+    gpu = load_gpu_baseline(gpu_baseline, results)
     report = {"host": platform.node(), "python": platform.python_version(), "max_context": max_context,
               "headline": HEADLINE, "accuracy_checked": False, "accuracy_note": ACCURACY_NOTE, "cases": results,
-              "host_path": host, "simulation": sim}
+              "host_path": host, "simulation": sim, "gpu_baseline": gpu}
     (out_dir / "bench_appliance.json").write_text(json.dumps(report, indent=1))
-    plot(results, out_dir / "bench_appliance.png")
+    plot(results, gpu, out_dir / "bench_appliance.png")
     console = Console(width=200)
     console.print(table(results, sim))
+    if gpu:
+        console.print(gpu_table(results, gpu))
     console.print(host_table(host))
     for r in results:
         print(f"{r['label']}: assumption sets " + "; ".join(

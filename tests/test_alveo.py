@@ -29,10 +29,9 @@ from ringgpt.host.alveo import (AlveoDevice, AlveoUnavailableError, PynqPlatform
                                 check_manifest)
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.device import open_device
-from ringgpt.host.image import ApplianceImage, CardImage
+from ringgpt.host.image import ApplianceImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
-from ringgpt.host.runtime import Appliance
 from ringgpt.hw import hbm
 from ringgpt.hw.config import ConfigMismatchError, get_config
 from ringgpt.hw.core.datapath import small_config
@@ -50,8 +49,8 @@ from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError
                                            IllegalInstructionFault, NotLoadedError, SimulatorError)
 from ringgpt.sim.functional.machine import Card, run_ring
 
-PROMPT = [5, 17, 3, 60, 22]
-SAMPLING = SamplingConfig(max_new_tokens=3, stop_at_eos=False)
+from device_checks import assert_generates_like_the_simulator, program_image
+
 RTL_SAMPLING = SamplingConfig(max_new_tokens=2, stop_at_eos=False)
 """On the RTL: the prompt run and one decode run (a few thousand cycles each)."""
 MODELS = {1: "synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64",
@@ -195,24 +194,18 @@ def test_generation_through_the_driver_equals_the_functional_simulator(cards):
     """The driver's buffers, channel map, program words and pointers are what a kernel needs to compute the
     simulator's tokens and logits (ABUF and WBUF persist across runs in the fake kernels, as on a board)."""
     image = compiled(cards)
-    golden = Appliance(SimulatorDevice(image.config), image).generate(PROMPT, SAMPLING)
     platform = FakePlatform(image.config, image)
     device = open_device("alveo", image.config, platform=platform)
-    result = Appliance(device, image).generate(PROMPT, SAMPLING)
-    assert result.generated_ids == golden.generated_ids
-    np.testing.assert_array_equal(result.logits, golden.logits)
+    assert_generates_like_the_simulator(image, device)
     buffers = [b for kernel in platform.cards for b in kernel.buffers]
     device.close()
     assert platform.closed and all(b.freed for b in buffers)
 
 
 def _image(config, programs: list, host_words: int = 64) -> ApplianceImage:
-    """An image of hand-written programs (one list of Instructions per card), 4,096 HBM words."""
-    rng = np.random.default_rng(3)
-    return ApplianceImage(config, [CardImage(Program(p, config.name, config.hash, card, config.cards),
-                                             hbm_segments=[(17, rng.standard_normal(3000).astype(np.float16))],
-                                             hbm_words=4096, host_words=host_words)
-                                   for card, p in enumerate(programs)])
+    """program_image with a random HBM segment at word 17 on every card."""
+    segment = np.random.default_rng(3).standard_normal(3000).astype(np.float16)
+    return program_image(config, programs, host_words, [(17, segment)])
 
 
 def _store(n: int, src: int = 0) -> list:
@@ -491,14 +484,11 @@ def test_generation_on_the_boards_equals_the_functional_simulator(cards):
     except AlveoUnavailableError as exc:
         pytest.skip(str(exc))
     image = compile_model(load_model(MODELS[cards], seed=7), config, max_context=16)
-    golden = Appliance(SimulatorDevice(config), image).generate(PROMPT, SAMPLING)
     device = AlveoDevice(config)
     try:
-        result = Appliance(device, image).generate(PROMPT, SAMPLING)
+        assert_generates_like_the_simulator(image, device)
     finally:
         device.close()
-    assert result.generated_ids == golden.generated_ids
-    np.testing.assert_array_equal(result.logits, golden.logits)
 
 
 def test_the_register_map_in_the_docs_is_registers_pys():
@@ -519,12 +509,9 @@ def test_the_driver_on_the_kernel_rtl(cards, sim):
     from ringgpt.sim.rtl.kernel_platform import SimKernelPlatform
 
     image = compiled(cards)
-    golden = Appliance(SimulatorDevice(image.config), image).generate(PROMPT, RTL_SAMPLING)
     device = AlveoDevice(image.config, platform=SimKernelPlatform(image.config, simulator=sim, pause=True))
     try:
-        result = Appliance(device, image).generate(PROMPT, RTL_SAMPLING)
-        assert result.generated_ids == golden.generated_ids
-        np.testing.assert_array_equal(result.logits, golden.logits)
+        assert_generates_like_the_simulator(image, device, sampling=RTL_SAMPLING)
         if cards == 1:
             return
         config = image.config

@@ -318,7 +318,28 @@ def test_image_meta_records_the_host_layout_and_model(tiny):
     assert [e["vocab"] for e in logits] == [[0, 160], [160, 300]]
     for card, entry in zip(image.cards, logits):
         assert entry["offset"] >= meta["max_rows"] + meta["host"]["ids_offset"]
-        assert card.host_words == entry["offset"] + entry["vocab"][1] - entry["vocab"][0]
+        count = entry["vocab"][1] - entry["vocab"][0]
+        assert entry["chunk_max_offset"] >= entry["offset"] + count and entry["chunk_max_offset"] % 32 == 0
+        assert card.host_words == entry["chunk_max_offset"] + -(-count // entry["chunk"])
+
+
+@pytest.mark.parametrize("cards", [1, 3])
+def test_cards_store_the_maxima_of_their_logits_chunks(cards):
+    """After the LM head every card stores the maxima of its logits' chunks (the last one short) beside them:
+    what the host's sampler reads to find the argmax and the top-k candidates."""
+    from ringgpt.host.runtime import Appliance
+    from ringgpt.host.reference.models import load_model
+    from ringgpt.hw import numerics
+    from ringgpt.sim.functional import SimulatorDevice
+    image = compile_model(load_model("synthetic:n_layer=1,n_embd=64,n_head=2,vocab_size=1000", seed=3),
+                          get_config("sim-small", cards), max_context=16)
+    appliance = Appliance(SimulatorDevice(image.config), image)
+    appliance.run(0, [5, 6, 7])
+    for entry, (logits, maxima) in zip(image.meta["host"]["logits"], appliance.read_back()):
+        chunk = entry["chunk"]
+        assert logits.size == entry["vocab"][1] - entry["vocab"][0] and logits.size % chunk != 0
+        want = [numerics.reduce_max(logits[i:i + chunk][None, :], axis=1)[0] for i in range(0, logits.size, chunk)]
+        assert np.array_equal(maxima.view(np.uint16), np.float16(want).view(np.uint16))
 
 
 @pytest.mark.parametrize("kwargs,match", [({"max_context": 2048}, "max_context=2048 must be in 1..1024"),

@@ -131,3 +131,57 @@ def test_fast_sampler_equals_the_plain_definition(dtype):
             fast, rng_ref = TokenSampler(cfg), np.random.default_rng(cfg.seed)
             for _ in range(3):
                 assert fast.next_token(logits) == reference_next_token(cfg, rng_ref, logits), (trial, cfg)
+
+
+def card_chunk_maxima(logits, slices, chunk):
+    """What the cards compute: per vocabulary slice, VMAX over chunks of `chunk` logits (numerics.reduce_max)."""
+    from ringgpt.hw import numerics
+    from ringgpt.host.reference.sampling import LogitChunks
+    chunks = LogitChunks([s for a, b in slices for s in range(a, b, chunk)], logits.size)
+    return chunks.maxima(np.array([numerics.reduce_max(logits[a:b][None, :], axis=1)[0]
+                                   for a, b in zip(chunks.starts, chunks.ends)], logits.dtype))
+
+
+@pytest.mark.parametrize("cards", [1, 3])
+def test_chunk_maxima_give_the_plain_definitions_tokens(cards):
+    """Greedy, top-k and top-k + top-p read only the chunks the cards' maxima single out, and pick exactly the
+    tokens of reference_next_token: ties across chunks, a zero k-th value, -Inf, short last chunks, k at and
+    above the chunk count."""
+    from ringgpt.host.compiler.partition import split
+    from ringgpt.host.reference.sampling import reference_next_token
+    rng = np.random.default_rng(11)
+    configs = [SamplingConfig(), SamplingConfig(greedy=False, top_k=50), SamplingConfig(greedy=False, top_k=3),
+               SamplingConfig(greedy=False, top_k=40, top_p=0.9, temperature=0.7), SamplingConfig(greedy=False, top_p=0.8)]
+    for trial in range(30):
+        vocab = (50257, 200, 1000, 70)[trial % 4]
+        logits = (rng.standard_normal(vocab) * (0.1, 3.0, 30.0)[trial % 3]).astype(np.float16)
+        if trial % 5 == 0:
+            logits[rng.integers(0, vocab, vocab // 3)] = logits.max()  # the maximum tied across many chunks
+        if trial % 7 == 0:
+            logits[:] = 0
+            logits[rng.integers(0, vocab, 5)] = -0.0
+        if trial % 6 == 1:
+            logits[2], logits[4] = -np.inf, -np.inf
+        hint = card_chunk_maxima(logits, split(vocab, cards, 1), 64)
+        for cfg in configs:
+            if cfg.top_k > vocab:
+                continue
+            fast, rng_ref = TokenSampler(cfg), np.random.default_rng(cfg.seed)
+            for _ in range(3):
+                assert fast.next_token(logits, hint) == reference_next_token(cfg, rng_ref, logits), (trial, cfg)
+
+
+def test_chunk_maxima_report_nan_and_bad_chunks():
+    from ringgpt.host.reference.sampling import LogitChunks
+    logits = np.random.default_rng(0).standard_normal(300).astype(np.float16)
+    logits[200] = np.nan
+    hint = card_chunk_maxima(logits, [(0, 300)], 64)
+    for cfg in (SamplingConfig(), SamplingConfig(greedy=False, top_k=2)):
+        with pytest.raises(RequestError, match="NaN"):
+            TokenSampler(cfg).next_token(logits, hint)
+    with pytest.raises(RequestError, match="a row of 300 logits given with a row of 100"):
+        TokenSampler(SamplingConfig()).next_token(logits[:100], hint)
+    with pytest.raises(RequestError, match="do not cut a row of 300 logits"):
+        LogitChunks([0, 64, 64], 300)
+    with pytest.raises(RequestError, match="2 chunk maxima for 5 chunks"):
+        LogitChunks(range(0, 300, 64), 300).maxima(np.zeros(2, np.float16))

@@ -8,8 +8,6 @@ import pytest
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import load_model
-from ringgpt.host.reference.sampling import SamplingConfig
-from ringgpt.host.runtime import Appliance
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Program, Space
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
@@ -17,8 +15,8 @@ from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.functional.errors import AddressFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.sim.rtl.device import RtlDevice
 
-PROMPT = [5, 17, 3, 60, 22]
-SAMPLING = SamplingConfig(max_new_tokens=3, stop_at_eos=False)
+from device_checks import assert_generates_like_the_simulator, program_image
+
 CASES = {  # name: (model spec, cards)
     "1 core": ("synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64", 1),
     "2 cores, 3 heads": ("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", 2),
@@ -33,20 +31,11 @@ def test_generation_is_bit_identical_to_the_functional_simulator(case, sim):
     spec, cards = CASES[case]
     config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(cards)
     image = compile_model(load_model(spec, seed=7), config, max_context=16)
-    golden = Appliance(SimulatorDevice(image.config), image).generate(PROMPT, SAMPLING)
     device = RtlDevice(image.config, simulator=sim, pause=True)
     try:
-        result = Appliance(device, image).generate(PROMPT, SAMPLING)
+        assert_generates_like_the_simulator(image, device)
     finally:
         device.close()
-    assert result.generated_ids == golden.generated_ids
-    np.testing.assert_array_equal(result.logits, golden.logits)
-
-
-def _image(config, programs: list) -> ApplianceImage:
-    """An image of hand-written programs (one list of Instructions per card), 4,096 HBM and 64 host words."""
-    return ApplianceImage(config, [CardImage(Program(p, config.name, config.hash, card, config.cards),
-                                             hbm_words=4096, host_words=64) for card, p in enumerate(programs)])
 
 
 def _abuf(offset: int) -> Operand:
@@ -77,7 +66,7 @@ def test_faults_end_with_a_readable_error(fault, sim):
     config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(2)
     device = RtlDevice(config, simulator=sim, pause=True, cycle_limit=5000)
     try:
-        device.load(_image(config, programs))
+        device.load(program_image(config, programs))
         with pytest.raises(error) as caught:
             device.run(0, 1)
     finally:

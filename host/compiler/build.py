@@ -9,8 +9,8 @@ import numpy as np
 
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
-from ringgpt.host.compiler.layout import (STAT_WORDS, AbufPlan, HbmMap, Stat, align_up, card_shapes,
-                                          choose_abuf_plans, gathered_spans, piece_spans)
+from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, Stat, align_up, card_shapes,
+                                          choose_abuf_plans, chunk_count, gathered_spans, piece_spans)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -19,7 +19,7 @@ from ringgpt.host.reference.models import weights_hash
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
 
-COMPILER_VERSION = 1
+COMPILER_VERSION = 2
 """Recorded in the image meta; bumped when the image layout changes incompatibly."""
 DEFAULT_WBUF_SLOTS = 2
 """Weight-buffer slots the stream rotates through: the DMA fills one while the matrix unit reads the other."""
@@ -263,8 +263,27 @@ class CardBuilder:
             self._probe("logits", plan["LOGITS"], vocab, rows="last", segments=[[self.v0, self.v1, 0, 1.0]])
             a(Opcode.STORE, dst=host(ctx.logits_offset), src1=abuf(plan["LOGITS"]), rows=1, n=vocab,
               writes="logits", reads="logits")
+            self._chunk_maxima(vocab)
         a(Opcode.HALT)
         return a.code
+
+    @property
+    def chunk_max_offset(self) -> int:
+        """Host-buffer word where this card's chunk maxima follow its logits (aligned like the logits)."""
+        return align_up(self.ctx.logits_offset + self.v1 - self.v0, self.ctx.config.hbm_port_bits // 16)
+
+    def _chunk_maxima(self, vocab: int) -> None:
+        """The maxima of the logits' chunks of LOGIT_CHUNK (the last one short), stored after the logits."""
+        a, logits, maxima = self.asm, self.plan["LOGITS"], self.plan["CHUNK_MAX"]
+        full, tail = divmod(vocab, LOGIT_CHUNK)
+        if full:
+            a(Opcode.VMAX, dst=abuf(maxima), src1=abuf(logits), rows=full, n=LOGIT_CHUNK, dst_stride=1,
+              src1_stride=LOGIT_CHUNK, writes="chunk maxima", reads="logits")
+        if tail:
+            a(Opcode.VMAX, dst=abuf(maxima + full), src1=abuf(logits + full * LOGIT_CHUNK), rows=1, n=tail,
+              dst_stride=1, src1_stride=tail, writes="chunk maxima", reads="logits")
+        a(Opcode.STORE, dst=host(self.chunk_max_offset), src1=abuf(maxima), rows=1, n=full + bool(tail),
+          writes="chunk maxima", reads="chunk maxima")
 
     def _probe(self, name: str, addr: int, width: int, rows: str = "run", segments: list | None = None) -> None:
         """Records where value `name` can be observed: after the last instruction that writes it (so far),
@@ -569,9 +588,11 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         shared = (fp16(t.wte.weight), fp16(t.wpe.weight), np.concatenate([fp16(t.ln_f.weight), fp16(t.ln_f.bias)]),
                   None if ctx.tied else fp16(model.lm_head.weight))
     codes = [builder.program() for builder in builders]
-    host_words = [logits_offset + builder.v1 - builder.v0 for builder in builders]
+    host_words = [builder.chunk_max_offset + chunk_count(builder.v1 - builder.v0) for builder in builders]
     verify_programs([CardPlan(code, builder.asm.flow, {r.name: (r.start, r.stop) for r in builder.hbm.regions},
-                              {"ids": (ctx.ids_offset, ctx.ids_offset + max_rows), "logits": (logits_offset, words)},
+                              {"ids": (ctx.ids_offset, ctx.ids_offset + max_rows),
+                               "logits": (logits_offset, logits_offset + builder.v1 - builder.v0),
+                               "chunk maxima": (builder.chunk_max_offset, words)},
                               builder.hbm.top, words)
                      for builder, code, words in zip(builders, codes, host_words)],
                     config, verification_cases(max_context, max_rows))
@@ -591,8 +612,8 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         "wbuf_slots": wbuf_slots,
         "partition": part.to_dict(),
         "host": {"ids_offset": ctx.ids_offset,
-                 "logits": [{"card": c, "offset": logits_offset, "vocab": list(part.vocab[c])}
-                            for c in range(config.cards)]},
+                 "logits": [{"card": b.card, "offset": logits_offset, "vocab": [b.v0, b.v1],
+                             "chunk_max_offset": b.chunk_max_offset, "chunk": LOGIT_CHUNK} for b in builders]},
         "hbm_map": [b.hbm.to_list() for b in builders],
         "abuf": [p.to_dict() for p in plans],
         "probes": [b.probes for b in builders],

@@ -10,6 +10,16 @@ from ringgpt.host.compiler.partition import split
 STAT_WORDS = 8
 """Per-row statistics slots in the activation buffer (see Stat)."""
 
+LOGIT_CHUNK = 64
+"""Logits per chunk maximum: after the LM head every card reduces its vocabulary slice to the maxima of
+consecutive chunks of this many logits (VMAX, one row a chunk) and stores them beside the logits, so the host's
+sampler finds the argmax and the top-k candidates in the few chunks that can hold them."""
+
+
+def chunk_count(words: int) -> int:
+    """Chunk maxima of a slice of `words` logits (the last chunk may be short)."""
+    return -(-words // LOGIT_CHUNK)
+
 
 class Stat:
     """Offsets of the per-row statistics (each row has STAT_WORDS words)."""
@@ -157,7 +167,8 @@ def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas
 
 def _fixed(d: int, head_dim: int, card: CardShape, max_context: int, kv_group: int, kv_areas: int) -> dict:
     return {"LNP": 2 * 4 * d, "LNFP": 2 * d, "KV": kv_areas * 2 * kv_group * head_dim * max_context,
-            "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice}
+            "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
+            "CHUNK_MAX": chunk_count(card.vocab_slice)}
 
 
 def plan_abuf(abuf_words: int, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int,

@@ -69,7 +69,7 @@ class TokenSampler:
         self.cfg = cfg
         self._rng = np.random.default_rng(cfg.seed)
 
-    def next_token(self, logits: np.ndarray) -> int:
+    def next_token(self, logits: np.ndarray, chunk_maxima: ChunkMaxima | None = None) -> int:
         """Token id chosen from `logits` (shape (vocab,), FP16, FP32 or FP64): argmax when greedy, else a draw from
         the softmax of logits/temperature restricted to the top_k largest and then to the smallest top_p
         probability mass.
@@ -78,12 +78,34 @@ class TokenSampler:
         descending sort, cumulative sums; `reference_next_token`, which the tests compare with), computed without
         touching the whole vocabulary where the filters allow: selection runs on integer keys of the bit patterns
         (their order is the values' order), float64 arithmetic only on the candidates, and every float64 sum is the
-        one the definition forms (the same terms in the same order), so the tokens are the same bit for bit."""
+        one the definition forms (the same terms in the same order), so the tokens are the same bit for bit.
+
+        `chunk_maxima` (what the cards compute beside their logits) lets greedy and top-k read only the chunks that
+        can hold the argmax or the top-k candidates; the token is the same. NaN is then detected through the
+        maxima: +NaN is the largest value of their total order, and the appliance only produces the canonical
+        (positive) NaN."""
         logits = np.asarray(logits)
         if logits.ndim != 1 or logits.size == 0:
             raise RequestError(f"logits must be a non-empty 1-D array (vocab,), got shape {logits.shape}")
         if logits.dtype not in _KEY_TYPES:
             logits = logits.astype(np.float64)
+        cfg = self.cfg
+        if not cfg.greedy and cfg.top_k > logits.size:
+            raise SamplingConfigError(f"top_k={cfg.top_k} exceeds the vocabulary size {logits.size}")
+        k = 1 if cfg.greedy else cfg.top_k
+        candidates = None
+        if chunk_maxima is not None and 0 < k < logits.size:
+            candidates = chunk_maxima.top_k_candidates(logits, k)
+            if candidates is not None and cfg.greedy:
+                return int(candidates[0])
+        if candidates is None:
+            candidates = self._whole_row_candidates(logits)
+            if cfg.greedy:
+                return candidates
+        return self._draw(logits, candidates)
+
+    def _whole_row_candidates(self, logits: np.ndarray):
+        """Greedy: the token. Otherwise the top-k candidates (ascending positions), None without top-k."""
         keys = _sortable_keys(logits)
         if _has_nan(logits, keys):
             raise RequestError("logits contain NaN: the model produced invalid values (check the weights and dtype)")
@@ -92,22 +114,22 @@ class TokenSampler:
             best = int(np.argmax(keys))
             # -0 and +0 are equal values but distinct keys: the first index of a zero maximum needs the values.
             return best if logits[best] != 0 else int(np.argmax(_as_float64(logits) == 0))
-        if cfg.top_k > logits.size:
-            raise SamplingConfigError(f"top_k={cfg.top_k} exceeds the vocabulary size {logits.size}")
-        vocab = logits.size
-        candidates = None
-        if 0 < cfg.top_k < vocab:
-            kth, candidates = _top_k_candidates(keys, cfg.top_k)
-            if logits[candidates[int(np.argmax(keys[candidates] == kth))]] == 0:
-                # a zero k-th value: -0 ties +0 as values but not as keys, so decide on the values
-                x = _as_float64(logits)
-                candidates = np.flatnonzero(x >= np.partition(x, -cfg.top_k)[-cfg.top_k])
+        if not 0 < cfg.top_k < logits.size:
+            return None
+        kth, candidates = _top_k_candidates(keys, cfg.top_k)
+        if logits[candidates[int(np.argmax(keys[candidates] == kth))]] == 0:
+            # a zero k-th value: -0 ties +0 as values but not as keys, so decide on the values
+            x = _as_float64(logits)
+            candidates = np.flatnonzero(x >= np.partition(x, -cfg.top_k)[-cfg.top_k])
+        return candidates
+
+    def _draw(self, logits: np.ndarray, candidates: np.ndarray | None) -> int:
+        """The sampled token: softmax over the candidates (the whole row when None), nucleus, one draw."""
+        cfg, vocab = self.cfg, logits.size
         if candidates is not None:
             x = logits[candidates].astype(np.float64) / cfg.temperature
             e = np.exp(x - x.max())
-            full = np.zeros(vocab)
-            full[candidates] = e
-            probs = e / full.sum()  # the definition's sum: the whole vocabulary, zeros included, pairwise
+            probs = e / e.sum()  # the definition's sum: the kept terms in vocabulary order
         else:
             x = _as_float64(logits) / cfg.temperature
             probs = np.exp(x - x.max())
@@ -126,6 +148,67 @@ class TokenSampler:
         return int(min(candidates[drawn] if drawn < cdf.size else vocab, last_possible))
 
 
+class LogitChunks:
+    """How the cards cut a logits row into chunks for their maxima (VMAX over LOGIT_CHUNK logits of each card's
+    vocabulary slice): chunk i covers [starts[i], starts[i + 1]), the last one up to the row's end. Checked once;
+    `maxima(values)` pairs it with one row's maxima."""
+
+    def __init__(self, starts, vocab: int):
+        starts = np.asarray(starts, np.int64)
+        if starts.ndim != 1 or starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) \
+                or starts[-1] >= vocab:
+            raise RequestError(f"chunk starts {starts[:4].tolist()}... do not cut a row of {vocab} logits")
+        self.starts, self.vocab = starts, vocab
+        self.ends = np.append(starts[1:], vocab)
+
+    def maxima(self, values) -> ChunkMaxima:
+        """One row's chunk maxima (as read back from the cards)."""
+        values = np.asarray(values)
+        if values.shape != self.starts.shape:
+            raise RequestError(f"{values.size} chunk maxima for {self.starts.size} chunks")
+        return ChunkMaxima(self, values)
+
+
+@dataclass(frozen=True)
+class ChunkMaxima:
+    """The maxima of one logits row's chunks (values[i] of chunk i of `chunks`), in the row's dtype."""
+
+    chunks: LogitChunks
+    values: np.ndarray
+
+    def top_k_candidates(self, logits: np.ndarray, k: int) -> np.ndarray | None:
+        """The positions (ascending) of every logit >= the k-th largest, found in the chunks whose maximum is >=
+        the k-th largest chunk maximum (each holds at least one logit >= it, so the k-th largest logit is too,
+        and a chunk below it holds none of them); None where that saves nothing (k chunks or more) or the k-th
+        value is zero (-0 and +0 are equal values but distinct keys: the whole row decides)."""
+        chunks = self.chunks
+        if logits.size != chunks.vocab or self.values.dtype != logits.dtype:
+            raise RequestError(f"chunk maxima ({self.values.dtype}) of a row of {chunks.vocab} logits given with "
+                               f"a row of {logits.size} ({logits.dtype})")
+        keys = _sortable_keys(self.values)
+        if k == 1:
+            chosen = np.argmax(keys)
+            self._check_nan(keys[chosen])
+            start = chunks.starts[chosen]
+            first = start + int(np.argmax(_sortable_keys(logits[start:chunks.ends[chosen]])))
+            return None if logits[first] == 0 else np.array([first])
+        if k >= keys.size:
+            return None
+        self._check_nan(keys.max())
+        chosen = np.flatnonzero(keys >= np.partition(keys, keys.size - k)[keys.size - k])
+        lengths = chunks.ends[chosen] - chunks.starts[chosen]
+        positions = np.arange(lengths.sum()) + np.repeat(chunks.starts[chosen] - (np.cumsum(lengths) - lengths),
+                                                         lengths)
+        row_keys = _sortable_keys(logits[positions])
+        kth = np.partition(row_keys, row_keys.size - k)[row_keys.size - k]
+        kept = positions[row_keys >= kth]
+        return None if logits[positions[int(np.argmax(row_keys == kth))]] == 0 else kept
+
+    def _check_nan(self, top_key) -> None:
+        if top_key > _INF_KEY[self.values.dtype]:
+            raise RequestError("logits contain NaN: the model produced invalid values (check the weights and dtype)")
+
+
 def reference_next_token(cfg: SamplingConfig, rng: np.random.Generator, logits: np.ndarray) -> int:
     """The plain definition of TokenSampler.next_token (whole-vocabulary float64 softmax, full stable sort): what
     the fast path must equal, kept for the tests and for reading."""
@@ -133,11 +216,12 @@ def reference_next_token(cfg: SamplingConfig, rng: np.random.Generator, logits: 
     if cfg.greedy:
         return int(np.argmax(logits.astype(np.float64)))
     x = logits.astype(np.float64) / cfg.temperature
+    kept = np.ones(x.size, bool)
     if 0 < cfg.top_k < x.size:
-        kth = np.partition(x, -cfg.top_k)[-cfg.top_k]
-        x = np.where(x >= kth, x, -np.inf)
+        kept = x >= np.partition(x, -cfg.top_k)[-cfg.top_k]
+        x = np.where(kept, x, -np.inf)
     probs = np.exp(x - x.max())
-    probs /= probs.sum()
+    probs /= probs[kept].sum()  # the kept terms, in vocabulary order
     if cfg.top_p < 1.0:
         order = np.argsort(-probs, kind="stable")
         keep = order[: int(np.searchsorted(np.cumsum(probs[order]), cfg.top_p)) + 1]
@@ -150,22 +234,25 @@ def reference_next_token(cfg: SamplingConfig, rng: np.random.Generator, logits: 
 
 
 _KEY_TYPES = {np.dtype(np.float16): np.int16, np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
+_KEY_FORMS = {dtype: (kind, 8 * np.dtype(kind).itemsize - 1, kind(np.iinfo(kind).max)) for dtype, kind in _KEY_TYPES.items()}
+"""Per float dtype: the key's integer type, its sign-bit shift, its magnitude mask."""
+_INF_KEY = {np.dtype(np.float16): 0x7C00, np.dtype(np.float32): 0x7F800000, np.dtype(np.float64): 0x7FF0000000000000}
+"""The key of +Inf: +NaN keys lie above it (and -NaN keys below the key of -Inf, ~_INF_KEY)."""
 
 
 def _sortable_keys(values: np.ndarray) -> np.ndarray:
     """Signed integers whose order is the values' order (NaN aside; -0 sorts just below +0): the bit pattern,
     with the magnitude bits of negative numbers inverted."""
-    kind = _KEY_TYPES[values.dtype]
+    kind, shift, magnitude = _KEY_FORMS[values.dtype]
     bits = values.view(kind)
-    shift = 8 * np.dtype(kind).itemsize - 1
-    return bits ^ ((bits >> shift) & kind(np.iinfo(kind).max))
+    return bits ^ ((bits >> shift) & magnitude)
 
 
 def _has_nan(values: np.ndarray, keys: np.ndarray) -> bool:
     if values.dtype != np.float16:
         return bool(np.isnan(values).any())
-    # FP16 keys: +Inf is 0x7C00, -Inf is ~0x7C00 ^ 0x7FFF as int16; NaNs lie beyond them.
-    return bool(keys.max() > 0x7C00 or keys.min() < -0x7C01)
+    inf = _INF_KEY[values.dtype]
+    return bool(keys.max() > inf or keys.min() < ~inf)
 
 
 def _as_float64(values: np.ndarray) -> np.ndarray:

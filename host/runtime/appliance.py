@@ -87,15 +87,15 @@ class Appliance:
             self.max_context = int(meta["max_context"])
             self.vocab_size = int(meta["model"]["vocab_size"])
             self._ids_offset = int(meta["host"]["ids_offset"])
-            self._logits = [(int(e["card"]), int(e["offset"]), int(e["vocab"][1]) - int(e["vocab"][0]))
-                            for e in meta["host"]["logits"]]
-        except (KeyError, TypeError, ValueError) as exc:
+            self._logits = hostpath.host_slices(meta["host"]["logits"])
+            self.chunks = hostpath.logit_chunks(meta["host"]["logits"], self.vocab_size)
+        except (KeyError, TypeError, ValueError, RingGPTError) as exc:
             raise ApplianceError(f"the appliance image lacks its host layout ({exc!r} in its meta): "
                                  "rebuild it with ringgpt.host.compiler") from None
-        if self.max_rows < 1 or self.max_context < 1 or self.vocab_size < 1 or any(n < 1 for _, _, n in self._logits):
+        if self.max_rows < 1 or self.max_context < 1 or self.vocab_size < 1 or any(n < 1 for _, _, n, _, _ in self._logits):
             raise ApplianceError(f"the appliance image's meta is damaged (max_rows {self.max_rows}, max_context "
                                  f"{self.max_context}, vocab_size {self.vocab_size}, logits slices "
-                                 f"{[n for _, _, n in self._logits]} must be positive): rebuild it with "
+                                 f"{[n for _, _, n, _, _ in self._logits]} must be positive): rebuild it with "
                                  "ringgpt.host.compiler")
         self.eos_id = meta.get("eos_token_id")
         self.device, self.image = device, image
@@ -113,11 +113,16 @@ class Appliance:
 
     def logits(self) -> np.ndarray:
         """The last run's logits for its last token (float32, the full vocabulary, in card order)."""
-        return np.concatenate(self.logits_parts()).astype(np.float32)
+        return np.concatenate([logits for logits, _ in self.read_back()]).astype(np.float32)
 
-    def logits_parts(self) -> list:
-        """The last run's logits as read back: every card's FP16 vocabulary slice, in card order."""
-        return [self.device.read_host(card, offset, count) for card, offset, count in self._logits]
+    def read_back(self) -> list:
+        """What the last run left for the host, one transfer per card: (its FP16 vocabulary slice of the last
+        token's logits, that slice's chunk maxima), in card order."""
+        parts = []
+        for card, offset, count, maxima_at, chunks in self._logits:
+            words = self.device.read_host(card, offset, maxima_at + chunks)
+            parts.append((words[:count], words[maxima_at:]))
+        return parts
 
     def prefill(self, prompt_ids, pos: int = 0) -> list:
         """Processes prompt tokens from position `pos` in runs of up to max_rows; returns their RunStats."""
@@ -141,9 +146,10 @@ class Appliance:
         result.prompt_runs = self.prefill(prompt_ids)
         rows, pos = [], len(prompt_ids)
         while True:
-            parts = self.logits_parts()
-            token, row, conversion_s, sampling_s = hostpath.choose(parts, sampler)
-            result.host.append(hostpath.TokenHostCost(conversion_s, sampling_s, tuple(2 * p.size for p in parts)))
+            parts = self.read_back()
+            token, row, conversion_s, sampling_s = hostpath.choose(parts, self.chunks, sampler)
+            result.host.append(hostpath.TokenHostCost(conversion_s, sampling_s,
+                                                      tuple(2 * (m + n) for _, _, _, m, n in self._logits)))
             rows.append(row)
             result.generated_ids.append(token)
             if on_token is not None:

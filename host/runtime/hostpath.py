@@ -63,32 +63,62 @@ def breakdown(cfg: ArchConfig, device_s: float, host: TokenHostCost | list) -> d
     return parts
 
 
-def choose(parts: list, sampler) -> tuple[int, np.ndarray, float, float]:
-    """(token, the joined FP16 row, conversion seconds, sampling seconds): what the runtime does with the cards'
-    logits slices once they are read back, timed as CPU time of this thread."""
+def choose(parts: list, chunks, sampler) -> tuple[int, np.ndarray, float, float]:
+    """(token, the joined FP16 row, conversion seconds, sampling seconds): what the runtime does with what the
+    cards left for it, (logits slice, its chunk maxima) per card (`chunks`: the sampling.LogitChunks they cut),
+    timed as CPU time of this thread."""
     started = time.thread_time()
-    row = np.concatenate(parts)
+    row = np.concatenate([logits for logits, _ in parts])
+    maxima = chunks.maxima(np.concatenate([m for _, m in parts]))
     joined = time.thread_time()
-    token = sampler.next_token(row)
+    token = sampler.next_token(row, maxima)
     return token, row, joined - started, time.thread_time() - joined
 
 
-def measure_host_stages(rows: np.ndarray, sampling, cards: int, repeats: int = 5) -> TokenHostCost:
-    """Conversion and sampling of `rows` (FP16 logits, one row per token, the vocabulary split over `cards` as
-    the compiler splits it) with `sampling`, the median over rows x repeats: for figures where the device run is
+def host_slices(entries: list) -> list:
+    """Per card, from an image's meta["host"]["logits"]: (card, offset, logits count, where its chunk maxima
+    start counted from offset, their count); the host reads offset .. offset + start + count in one transfer."""
+    slices = []
+    for e in entries:
+        count = int(e["vocab"][1]) - int(e["vocab"][0])
+        slices.append((int(e["card"]), int(e["offset"]), count, int(e["chunk_max_offset"]) - int(e["offset"]),
+                       -(-count // int(e["chunk"]))))
+    return slices
+
+
+def logit_chunks(entries: list, vocab: int):
+    """The sampling.LogitChunks the cards of an image cut their logits into (meta["host"]["logits"])."""
+    from ringgpt.host.reference.sampling import LogitChunks
+    return LogitChunks([s for e in entries for s in range(int(e["vocab"][0]), int(e["vocab"][1]), int(e["chunk"]))],
+                       vocab)
+
+
+def measure_host_stages(rows: np.ndarray, sampling, entries: list, repeats: int = 5) -> TokenHostCost:
+    """Conversion and sampling of `rows` (FP16 logits, one row per token) with `sampling`, the vocabulary split
+    and chunk maxima as an image's cards leave them (`entries`: its meta["host"]["logits"]; the maxima computed
+    as the cards' VMAX computes them), the median over rows x repeats: for figures where the device run is
     timing-only (its logits are zeros) and representative logits come from elsewhere."""
-    from ringgpt.host.compiler.partition import split
+    from ringgpt.hw import numerics
     from ringgpt.host.reference.sampling import TokenSampler
 
     rows = np.asarray(rows, np.float16)
-    bounds = [start for start, _ in split(rows.shape[1], cards, 32)] + [rows.shape[1]]
+    slices, chunks = host_slices(entries), logit_chunks(entries, rows.shape[1])
+    ends = np.append(chunks.starts[1:], rows.shape[1])
+    read_back = []
+    for row in rows:
+        maxima = np.array([numerics.reduce_max(row[a:b][None, :], axis=1)[0] for a, b in zip(chunks.starts, ends)],
+                          np.float16)
+        parts, first, start = [], 0, 0
+        for _, _, count, _, n in slices:
+            parts.append((row[start:start + count].copy(), maxima[first:first + n].copy()))
+            first, start = first + n, start + count
+        read_back.append(parts)
     conversion, sampling_s = [], []
     sampler = TokenSampler(sampling)
     for _ in range(repeats):
-        for row in rows:
-            parts = [row[bounds[c]:bounds[c + 1]].copy() for c in range(cards)]
-            _, _, conv, samp = choose(parts, sampler)
+        for parts in read_back:
+            _, _, conv, samp = choose(parts, chunks, sampler)
             conversion.append(conv)
             sampling_s.append(samp)
     return TokenHostCost(float(np.median(conversion)), float(np.median(sampling_s)),
-                         tuple(2 * int(bounds[c + 1] - bounds[c]) for c in range(cards)), (2,) * cards)
+                         tuple(2 * (at + n) for _, _, _, at, n in slices), (2,) * len(slices))
