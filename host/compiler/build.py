@@ -28,7 +28,7 @@ POS, ROWS = HOST_POS_REG, HOST_ROWS_REG
 TOKENS = 3
 """R3 = pos + rows: the keys visible to the run's last token."""
 POS_KV = 4
-"""R4 = pos * 2 * local_heads * head_dim: the first new row of the layer's KV cache."""
+"""R4 = pos * local_heads * head_dim: the first new row of the layer's K cache."""
 POS_D = 5
 """R5 = pos * n_embd: the first position-embedding row."""
 LAST_ROW = 6
@@ -303,7 +303,7 @@ class CardBuilder:
     def _registers(self) -> None:
         a, dims = self.asm, self.ctx.dims
         a(Opcode.ADD, rd=TOKENS, rs=POS, rt=ROWS)
-        a(Opcode.MULI, rd=POS_KV, rs=POS, imm=2 * self.kv_width)
+        a(Opcode.MULI, rd=POS_KV, rs=POS, imm=self.kv_width)
         a(Opcode.MULI, rd=POS_D, rs=POS, imm=dims.n_embd)
         a(Opcode.MULI, rd=LAST_ROW, rs=ROWS, imm=dims.n_embd)
         a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-dims.n_embd)
@@ -420,18 +420,20 @@ class CardBuilder:
         self.area_counter += 1
         cache, (keys, values) = self.kv[layer], self._kv_names(layer, group)
         self.asm(Opcode.LOAD, dst=abuf(area), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
-                 src1_stride=2 * width, writes=keys, reads=f"KV cache L{layer}")
-        self.asm(Opcode.LOAD, dst=abuf(area + tmax * plan.kv_group * hd), src1=hbm(cache + width + start * hd),
-                 rows=reg(POS), n=gw, dst_stride=tmax, src1_stride=2 * width, flags={"transpose": 1},
-                 writes=values, reads=f"KV cache L{layer}")
+                 src1_stride=width, writes=keys, reads=f"KV cache L{layer}")
+        self.asm(Opcode.LOAD, dst=abuf(area + tmax * plan.kv_group * hd),
+                 src1=hbm(cache + tmax * width + start * hd * tmax), rows=gw, n=reg(POS), dst_stride=tmax,
+                 src1_stride=tmax, writes=values, reads=f"KV cache L{layer}")
         return area
 
     def _append_kv(self, layer: int) -> None:
-        """Appends the run's new K|V rows of every local head to the layer's KV cache in HBM."""
+        """Appends the run's new K rows of every local head to the layer's K cache in HBM (position-major, as
+        attention loads them). The V cache is transposed (one row of max_context positions per dimension, so that
+        attention loads V^T as a plain 2-D block); its new columns are stored per head group by _attention, from
+        the on-chip transposed copy."""
         width = self.kv_width
-        self.asm(Opcode.STORE, dst=hbm(self.kv[layer], POS_KV), src1=abuf(self.plan["QKV"]), rows=reg(ROWS),
-                 n=2 * width, dst_stride=2 * width, src1_stride=3 * width, writes=f"KV cache L{layer}",
-                 reads=f"L{layer}.qkv")
+        self.asm(Opcode.STORE, dst=hbm(self.kv[layer], POS_KV), src1=abuf(self.plan["QKV"]), rows=reg(ROWS), n=width,
+                 dst_stride=width, src1_stride=3 * width, writes=f"KV cache L{layer}", reads=f"L{layer}.qkv")
 
     def _attention(self, layer: int, first_area: int | None) -> None:
         """Causal attention of the local heads over the keys 0 .. pos + rows - 1, each head's output into its
@@ -456,6 +458,9 @@ class CardBuilder:
               n=gw, dst_stride=gw, src1_stride=3 * width, writes=key_name, reads=L + "qkv")
             a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
               dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name, reads=L + "qkv")
+            a(Opcode.STORE, dst=hbm(self.kv[layer] + tmax * width + start * hd * tmax, POS), src1=abuf(values_t, POS),
+              rows=gw, n=reg(ROWS), dst_stride=tmax, src1_stride=tmax, writes=f"KV cache L{layer}",
+              reads=value_name)
             if group == len(self.groups) - 1:
                 self.stream.hold = len(self.pieces)
                 self.stream.fill()
