@@ -160,8 +160,27 @@ def reduce_sum(a, width: int, b=None, axis: int | None = None):
     if axis is None:
         a, axis = a.ravel(), 0
         b = None if b is None else np.asarray(b, np.float16).ravel()
+    if a.ndim == 2 and axis in (1, -1):
+        sums = _row_sums_native(a, width, b)
+        if sums is not None:
+            return sums
     terms = a.astype(np.float32) if b is None else mul_fp16_exact(a, b)
     return to_fp16(accumulate_tiles(np.moveaxis(terms, axis, 0), width))[()]
+
+
+def _row_sums_native(a: np.ndarray, width: int, b=None) -> np.ndarray | None:
+    """reduce_sum of each row of `a` (2-D), or of its exact products with b, through the compiled matrix kernel
+    (hw/native.py: the same products, folding tree, tile sums and rounding; a row alone is a product with ones, whose
+    products are exact); None without the kernel."""
+    from ringgpt.hw import native
+    if not native.rounds_fp16() or width > native.MAX_WIDTH:
+        return None
+    if b is None:
+        return native.matmul_fp16(a, np.ones((a.shape[1], 1), np.float16), width)[:, 0]
+    b = np.asarray(b, np.float16)
+    if b.shape != a.shape:
+        b = np.broadcast_to(b, a.shape)
+    return np.array([native.matmul_fp16(a[i:i + 1], b[i:i + 1].T, width)[0, 0] for i in range(len(a))], np.float16)
 
 
 def max_key(x) -> np.ndarray:
@@ -204,7 +223,13 @@ def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
     out = native.matmul_acc(rows, w, width)
     if out is not None:
         return out
-    return _matmul_acc_torch(rows, w, width)
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(MATMUL_THREADS)
+    try:
+        return _matmul_acc_torch(rows, w, width)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _matmul_acc_torch(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
@@ -258,16 +283,13 @@ def matmul(x, w, width: int, bias=None, gelu: bool = False) -> np.ndarray:
         raise ValueError(f"matmul shapes do not fit: x {x.shape}, w {w.shape} (want (M, K) or (K,) and (K, N))")
     if width < 1 or width & (width - 1):
         raise ValueError(f"adder tree width must be a power of two, got {width}")
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(MATMUL_THREADS)
-    try:
+    from ringgpt.hw import native
+    out = native.matmul_fp16(rows, w, width, bias)
+    if out is None:
         acc = _matmul_acc(rows, w, width)
-    finally:
-        torch.set_num_threads(threads)
-    if bias is not None:
-        acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
-    out = to_fp16(acc)
+        if bias is not None:
+            acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
+        out = to_fp16(acc)
     if gelu:
         out = special("gelu", out)
     return out if x.ndim == 2 else out[0]
@@ -279,21 +301,37 @@ def _f32(a) -> np.ndarray:
     return np.asarray(a, np.float16).astype(np.float32)
 
 
+# vadd, vsub and vmul: the FP32 operation (add_fp32, mul_fp16_exact) on FP16 operands, then to_fp16. numpy's FP16
+# arithmetic is exactly that (each element converted to FP32, the operation, one round to nearest even to FP16), so
+# they run as FP16 arithmetic and only NaNs are then given the canonical bits.
+
+def _canonical_fp16(y) -> np.ndarray:
+    y = np.asarray(y)
+    nan = np.isnan(y)
+    if nan.any():
+        y = np.where(nan, fp16_from_bits(np.uint16(FP16_CANONICAL_NAN)), y)
+    return y
+
+
 def vadd(a, b) -> np.ndarray:
-    return to_fp16(add_fp32(_f32(a), _f32(b)))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return _canonical_fp16(np.add(np.asarray(a, np.float16), np.asarray(b, np.float16)))
 
 
 def vsub(a, b) -> np.ndarray:
-    return to_fp16(add_fp32(_f32(a), -_f32(b)))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return _canonical_fp16(np.subtract(np.asarray(a, np.float16), np.asarray(b, np.float16)))
 
 
 def vmul(a, b) -> np.ndarray:
-    return to_fp16(mul_fp16_exact(a, b))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return _canonical_fp16(np.multiply(np.asarray(a, np.float16), np.asarray(b, np.float16)))
 
 
 def vscale_shift(x, scale, shift) -> np.ndarray:
     """x * scale + shift: exact FP32 product, one rounded FP32 add, then rounded to FP16."""
-    return to_fp16(add_fp32(mul_fp16_exact(x, scale), _f32(shift)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return to_fp16(_f32(x) * _f32(scale) + _f32(shift))
 
 
 # --- special functions ----------------------------------------------------------------------
@@ -548,14 +586,28 @@ def _gelu(x) -> np.ndarray:
 _EVALUATE = {"exp": _exp, "recip": _recip, "rsqrt": _rsqrt, "gelu": _gelu}
 
 
-def special(name: str, x) -> np.ndarray:
-    """Special function `name` of FP16 x (FP16 result), as the special-function units compute it
-    (see lut_tables and the section comment above). NaN inputs give the canonical NaN."""
-    lut_tables(name)                                    # validates the name
-    x = np.asarray(x, np.float16)
+def _evaluate_special(name: str, x: np.ndarray) -> np.ndarray:
+    """Special function `name` of FP16 x evaluated as the unit computes it (the definition `special` follows)."""
     y = np.asarray(_EVALUATE[name](x), np.float16).reshape(x.shape)
     _, _, exp, man = _fp16_fields(x)
     is_nan = (exp == 0x1F) & (man != 0)
     if is_nan.any():
         y = np.where(is_nan, fp16_from_bits(np.uint16(FP16_CANONICAL_NAN)), y)
     return y
+
+
+@functools.cache
+def special_table(name: str) -> np.ndarray:
+    """Special function `name` at every FP16 bit pattern (65536 FP16 results, read-only, indexed by the input's
+    bits): each unit's result depends on its 16-bit input alone, so it is evaluated once over all of them."""
+    lut_tables(name)                                    # validates the name
+    table = _evaluate_special(name, np.arange(1 << 16).astype(np.uint16).view(np.float16))
+    table.setflags(write=False)
+    return table
+
+
+def special(name: str, x) -> np.ndarray:
+    """Special function `name` of FP16 x (FP16 result), as the special-function units compute it
+    (see lut_tables and the section comment above). NaN inputs give the canonical NaN."""
+    x = np.asarray(x, np.float16)
+    return special_table(name)[x.view(np.uint16).ravel()].reshape(x.shape)

@@ -11,6 +11,7 @@ Decode cost = (cost of prompt + N tokens - cost of prompt + 1 token) / (N - 1), 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
@@ -61,6 +62,7 @@ def main(model: str, cards: int, prompt_len: int, tokens: int, torch_threads: in
     out["ratio_cpu"] = out["simulator_ms_per_token_cpu"] / out["pytorch_ms_per_token_cpu"]
     out["ratio_wall"] = out["simulator_ms_per_token_wall"] / out["pytorch_ms_per_token_wall"]
     out["simulator_tokens_per_cpu_s"] = 1e3 / out["simulator_ms_per_token_cpu"]
+    out["load_average_1min"] = os.getloadavg()[0]  # other processes on the machine skew both sides
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}, indent=1))
 
 

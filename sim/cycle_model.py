@@ -237,10 +237,19 @@ def instruction_class(r: Resolved) -> str:
     return _UNIT_CLASS[unit]
 
 
-def _overlaps(a: tuple, b: tuple) -> bool:
-    for space, lo, hi in a:
-        for space2, lo2, hi2 in b:
-            if space is space2 and lo < hi2 and lo2 < hi:
+def _hazard(reads: tuple, writes: tuple, reads_e: tuple, writes_e: tuple) -> bool:
+    """Whether an instruction (reads, writes) conflicts with one in flight (reads_e, writes_e): WAW, WAR or RAW,
+    ranges (space, lo, hi) overlapping in the same space."""
+    for space, lo, hi in writes:
+        for space_e, lo_e, hi_e in writes_e:
+            if space is space_e and lo < hi_e and lo_e < hi:
+                return True
+        for space_e, lo_e, hi_e in reads_e:
+            if space is space_e and lo < hi_e and lo_e < hi:
+                return True
+    for space, lo, hi in reads:
+        for space_e, lo_e, hi_e in writes_e:
+            if space is space_e and lo < hi_e and lo_e < hi:
                 return True
     return False
 
@@ -316,23 +325,68 @@ def scoreboard_ranges(r: Resolved) -> tuple:
     return reads, writes
 
 
+class _Costed(NamedTuple):
+    """What the schedule needs of one instruction under one config, derived once (see _costed)."""
+    unit: Unit
+    slot: int
+    """The unit's number (index of the schedule's per-unit state)."""
+    kind: str
+    """How the controller issues it: "control", "drain" (BARRIER, HALT: once nothing is in flight), _ALLGATHER,
+    _RECV, "send" or "unit"."""
+    cycles: int
+    reads: tuple
+    writes: tuple
+    spaces: tuple
+    """(read, written): the spaces of reads and writes as bit masks (1 << space), to rule out hazards quickly."""
+    unit_name: str
+    cls: str
+    op_name: str
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    ring_bytes: int
+    host_bytes: int
+
+
+_KINDS = {Opcode.BARRIER: "drain", Opcode.HALT: "drain", Opcode.ALLGATHER: _ALLGATHER, Opcode.RECV: _RECV,
+          Opcode.SEND: "send"}
+
 _COSTED: dict = {}
-_COSTED_LIMIT = 1 << 18
+"""id(cfg) -> (cfg, {id(r): (r, _Costed)} of the last run scheduled under cfg), for the _COSTED_CONFIGS configs
+scheduled last."""
+_COSTED_CONFIGS = 8
 
 
-def _costed(r: Resolved, cfg: ArchConfig) -> tuple:
-    """(instruction_cost, access_ranges, instruction_class) of r under cfg, remembered: the simulator reuses one
-    Resolved object while an instruction's registers are unchanged, so most instructions of a run are the same
-    objects as in the previous run. Keyed by identity; the entry holds r and cfg, so the ids stay theirs."""
-    key = (id(r), id(cfg))
-    hit = _COSTED.get(key)
-    if hit is not None and hit[0] is r and hit[1] is cfg:
-        return hit[2]
-    if len(_COSTED) >= _COSTED_LIMIT:
-        _COSTED.clear()
-    value = (instruction_cost(r, cfg), scoreboard_ranges(r), instruction_class(r))
-    _COSTED[key] = (r, cfg, value)
-    return value
+_ROUTER_OPS = frozenset(op for op in Opcode if OPCODES[op].unit is Unit.ROUTER)
+
+
+def _costed(r: Resolved, cfg: ArchConfig, last: dict, now: dict, alike: dict) -> _Costed:
+    """instruction_cost, scoreboard_ranges and instruction_class of r under cfg, derived once and remembered from run
+    to run: the simulator reuses one Resolved object while an instruction's registers are unchanged, so most
+    instructions of a run are the same objects as in the previous run. Keyed by identity: `last` holds the entries of
+    the previous run (each holding its r, so the ids stay theirs), `now` gathers this run's (what the next run
+    keeps). A new object is derived once per value in the run (`alike`), its card left out but for the router's
+    instructions (r.card enters only the router's costs): the cards run alike instructions."""
+    key = id(r)
+    hit = now.get(key) or last.get(key)
+    if hit is None or hit[0] is not r:
+        value = r if r.op in _ROUTER_OPS else r._replace(card=0)
+        derived = alike.get(value)
+        if derived is None:
+            derived = alike[value] = _derive(r, cfg)
+        hit = (r, derived)
+    now[key] = hit
+    return hit[1]
+
+
+def _derive(r: Resolved, cfg: ArchConfig) -> _Costed:
+    cost = instruction_cost(r, cfg)
+    reads, writes = scoreboard_ranges(r)
+    kind = "control" if cost.unit is Unit.CONTROL and r.op not in _KINDS else _KINDS.get(r.op, "unit")
+    hbm_read = cost.hbm_bytes if r.src1[0] is Space.HBM else 0
+    spaces = tuple(sum({1 << space._value_ for space, _, _ in ranges}) for ranges in (reads, writes))
+    return _Costed(cost.unit, cost.unit._value_, kind, cost.cycles, reads, writes, spaces, cost.unit.name,
+                   instruction_class(r), r.op.name, hbm_read, cost.hbm_bytes - hbm_read, cost.ring_bytes,
+                   cost.host_bytes)
 
 
 # --- the controller (hw/core/fetch.py, hw/core/controller.py, hw/core/scoreboard.py) -----------------------------
@@ -385,7 +439,7 @@ class _FetchTimes:
         self.taken.append(cycle)
 
 
-def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
+def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last: dict, now: dict, alike: dict):
     """Schedules one card's trace as its controller issues it. Per word, in program order: it reaches the head
     (fetch), is decided no earlier than the cycle after the previous word; a control instruction takes that
     cycle (BARRIER and HALT once nothing is in flight); a unit instruction enters its unit's queue once no
@@ -398,59 +452,62 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict):
     decided = -1                    # the previous word's decision cycle
     unit_free = [0] * len(Unit)     # by unit number: when the unit can take its next instruction
     unit_starts = [deque(maxlen=cfg.queue_depth) for _ in Unit]
-    inflight = []                   # (done, unit, reads, writes) of instructions that may still block
+    inflight = []                   # (done, unit, read spaces, written spaces, reads, writes) of instructions that
+    #                                 may still block
     last_done = 0
     outgoing = links[report.card]
+    timeline, busy_by_unit, classes, opcodes = report.timeline, report.busy, report.classes, report.opcodes
+    hbm_read = hbm_write = ring_bytes = host_bytes = 0
     for word, r in enumerate(trace):
-        cost, (reads, writes), cls = _costed(r, cfg)
-        unit = cost.unit
-        slot = unit._value_
-        report.instructions += 1
+        c = _costed(r, cfg, last, now, alike)
+        unit, kind = c.unit, c.kind
         taken = max(fetch.out(word), decided)
         fetch.take(taken)
-        decision = max(taken, decided) + 1
-        busy = cost.cycles
-        if unit is Unit.CONTROL:
-            if r.op in (Opcode.BARRIER, Opcode.HALT):
+        decision = taken + 1
+        busy = c.cycles
+        if kind == "control" or kind == "drain":
+            if kind == "drain":
                 decision = max(decision, last_done)
             start, done = decision, decision + 1
             if r.op is Opcode.HALT:
                 report.cycles = done
         else:
+            slot = c.slot
             starts = unit_starts[slot]
             if len(starts) == cfg.queue_depth:
                 decision = max(decision, starts[0] + 1)
             inflight = [e for e in inflight if e[0] > decision]
-            for done_e, unit_e, reads_e, writes_e in inflight:
-                if unit_e is not unit and done_e > decision and (
-                        _overlaps(writes, writes_e) or _overlaps(writes, reads_e) or _overlaps(reads, writes_e)):
+            reads, writes = c.reads, c.writes
+            read_spaces, write_spaces = c.spaces
+            for done_e, unit_e, read_spaces_e, write_spaces_e, reads_e, writes_e in inflight:
+                if (unit_e is not unit and done_e > decision
+                        and (write_spaces & (read_spaces_e | write_spaces_e) or read_spaces & write_spaces_e)
+                        and _hazard(reads, writes, reads_e, writes_e)):
                     decision = done_e
             start = max(decision + QUEUE_TO_UNIT, unit_free[slot])
             ready = start
-            if r.op is Opcode.ALLGATHER:
-                start = yield _ALLGATHER, start
-            elif r.op is Opcode.RECV:
-                start = yield _RECV, start
-            done = start + cost.cycles
+            if kind == _ALLGATHER or kind == _RECV:
+                start = yield kind, start
+            done = start + c.cycles
             busy = done - ready     # a router waiting for the other cards is busy (the RTL's counter)
-            if r.op is Opcode.SEND:
+            if kind == "send":
                 outgoing.append(done + cfg.ring_latency_cycles)
             starts.append(ready)
             unit_free[slot] = done
-            inflight.append((done, unit, reads, writes))
+            inflight.append((done, unit, read_spaces, write_spaces, reads, writes))
             last_done = max(last_done, done)
         decided = decision
-        report.timeline.append((r.op.name, decision, start, done))
-        report.busy[unit.name] = report.busy.get(unit.name, 0) + busy
-        report.classes[cls] = report.classes.get(cls, 0) + busy
-        report.opcodes[r.op.name] = report.opcodes.get(r.op.name, 0) + busy
-        if cost.hbm_bytes:
-            if r.src1[0] is Space.HBM:
-                report.hbm_read_bytes += cost.hbm_bytes
-            else:
-                report.hbm_write_bytes += cost.hbm_bytes
-        report.ring_bytes += cost.ring_bytes
-        report.host_bytes += cost.host_bytes
+        timeline.append((c.op_name, decision, start, done))
+        busy_by_unit[c.unit_name] = busy_by_unit.get(c.unit_name, 0) + busy
+        classes[c.cls] = classes.get(c.cls, 0) + busy
+        opcodes[c.op_name] = opcodes.get(c.op_name, 0) + busy
+        hbm_read += c.hbm_read_bytes
+        hbm_write += c.hbm_write_bytes
+        ring_bytes += c.ring_bytes
+        host_bytes += c.host_bytes
+    report.instructions = len(trace)
+    report.hbm_read_bytes, report.hbm_write_bytes = hbm_read, hbm_write
+    report.ring_bytes, report.host_bytes = ring_bytes, host_bytes
 
 
 def schedule(traces: list, cfg: ArchConfig) -> CycleReport:
@@ -462,7 +519,10 @@ def schedule(traces: list, cfg: ArchConfig) -> CycleReport:
         raise ValueError(f"schedule needs one trace per card ({cfg.cards}), got {len(traces)}")
     reports = [CardReport(card) for card in range(cfg.cards)]
     links = {card: deque() for card in range(cfg.cards)}
-    timelines = [_card_timeline(trace, cfg, report, links) for trace, report in zip(traces, reports)]
+    remembered = _COSTED.pop(id(cfg), None)
+    last, now = remembered[1] if remembered is not None and remembered[0] is cfg else {}, {}
+    alike: dict = {}
+    timelines = [_card_timeline(trace, cfg, report, links, last, now, alike) for trace, report in zip(traces, reports)]
     waiting: dict = {}
     resume: dict = dict.fromkeys(range(cfg.cards))
     while resume:
@@ -485,6 +545,9 @@ def schedule(traces: list, cfg: ArchConfig) -> CycleReport:
     if waiting:
         raise ValueError("traces cannot be scheduled: " + ", ".join(
             f"card {c} waits in {kind.upper()}" for c, (kind, _) in sorted(waiting.items())))
+    _COSTED[id(cfg)] = (cfg, now)
+    while len(_COSTED) > _COSTED_CONFIGS:
+        del _COSTED[next(iter(_COSTED))]
     report = CycleReport(cfg.clock_mhz, cfg.hbm_peak_gbps, reports)
     report.cycles = max(r.cycles for r in reports)
     return report

@@ -10,8 +10,9 @@ from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges
 from ringgpt.hw.core.router import router_cycles
-from ringgpt.sim.cycle_model import (_fetch_shape, instruction_class, instruction_cost, link_excess, schedule,
-                                     unit_timing)
+from ringgpt.sim import cycle_model
+from ringgpt.sim.cycle_model import (_costed, _fetch_shape, instruction_class, instruction_cost, link_excess,
+                                     schedule, scoreboard_ranges, unit_timing)
 from ringgpt.sim.functional import SimulatorDevice
 
 CFG = get_config("sim-small")
@@ -281,3 +282,42 @@ def test_an_allgathers_destination_blocks_buffer_words_above_it():
         # the ALLGATHER: decided at 41, taken at 43, 11 cycles on direct links + the 34-cycle hop: done at 88
         assert report.cards[0].timeline[0] == ("ALLGATHER", 41, 43, 88)
         assert report.cards[0].timeline[1][1] == decided
+
+
+def test_costed_memo_is_keyed_by_the_instruction_object_and_the_config():
+    """_costed derives what the schedule needs from instruction_cost, scoreboard_ranges and instruction_class once per
+    Resolved object of a run, under one config: the same object hits (from this run or the last), another instruction
+    or an equal copy does not; schedule keeps each config's entries of its last run only."""
+    r = Resolved(Opcode.STORE, rows=3, n=100, dst=HBM, src1=ABUF, src1_stride=100)
+    last, now = {}, {}
+    c = _costed(r, CFG, last, now, {})
+    cost = instruction_cost(r, CFG)
+    assert (c.unit, c.slot, c.kind, c.cycles, c.cls, c.op_name) == (Unit.DMA, Unit.DMA._value_, "unit", cost.cycles,
+                                                                  instruction_class(r), "STORE")
+    assert (c.reads, c.writes) == scoreboard_ranges(r)
+    assert cost.hbm_bytes > 0
+    assert (c.hbm_read_bytes, c.hbm_write_bytes, c.ring_bytes, c.host_bytes) == (0, cost.hbm_bytes, 0, 0)
+    assert _costed(r, CFG, last, now, {}) is c and _costed(r, CFG, now, {}, {}) is c
+    copy = Resolved(*r)
+    assert _costed(copy, CFG, now, {}, {}) is not c and _costed(copy, CFG, now, {}, {}) == c
+    longer = r._replace(n=300, src1_stride=300)
+    assert _costed(longer, CFG, now, {}, {}).cycles == instruction_cost(longer, CFG).cycles > c.cycles
+    kinds = {op: _costed(Resolved(op, rows=1, n=8, k=8, dst=ABUF, src1=ABUF, slices=((8, 0),)), CFG, {}, {}, {}).kind
+             for op in (Opcode.ADDI, Opcode.BARRIER, Opcode.HALT, Opcode.ALLGATHER, Opcode.SEND, Opcode.RECV)}
+    assert kinds == {Opcode.ADDI: "control", Opcode.BARRIER: "drain", Opcode.HALT: "drain",
+                     Opcode.ALLGATHER: "allgather", Opcode.SEND: "send", Opcode.RECV: "recv"}
+    # within a run, another card's instruction with equal fields shares the derivation, but for the router's
+    alike = {}
+    mine, other = Resolved(Opcode.VADD, card=0, rows=2, n=20), Resolved(Opcode.VADD, card=1, rows=2, n=20)
+    assert _costed(other, CFG, {}, {}, alike) is _costed(mine, CFG, {}, {}, alike)
+    sends = [Resolved(Opcode.SEND, card=c, rows=1, n=8, src1=ABUF) for c in (0, 1)]
+    assert _costed(sends[1], CFG, {}, {}, alike) is not _costed(sends[0], CFG, {}, {}, alike)
+    # schedule: a config's entries are those of its last run; another config has its own
+    halt = Resolved(Opcode.HALT)
+    one = CFG.with_cards(1)
+    slow = dataclasses.replace(one, hbm_efficiency=0.1)
+    assert schedule([[r, halt]], one).cycles < schedule([[r, halt]], slow).cycles
+    remembered = cycle_model._COSTED[id(one)]
+    assert remembered[0] is one and set(remembered[1]) == {id(r), id(halt)}
+    schedule([[longer, halt]], one)
+    assert set(cycle_model._COSTED[id(one)][1]) == {id(longer), id(halt)}

@@ -1,6 +1,7 @@
 """The functional simulator: every opcode's result against hw/numerics.py on random data through small
 hand-written programs, the ring (ALLGATHER, SEND/RECV) on several cards, and every error report."""
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -246,6 +247,21 @@ def test_allgather_uneven_slices(rng, widths):
     assert all(card.busy["ROUTER"] > 0 for card in report.cards)
 
 
+def test_allgather_resolution_is_reused_while_it_is_unchanged():
+    """An ALLGATHER's Resolved (with every card's slices) is the same object in the next run while its value is
+    unchanged (the cycle model remembers costs by object), and a new one when a card's slice changes."""
+    texts = [f"ALLGATHER dst=ABUF[100] src1=ABUF[{10 * c}] rows=1 n=r2 k={4 * c} dst_stride=8 src1_stride=4\nHALT"
+             for c in range(2)]
+    device = device_for(texts)
+    gathered = []
+    for rows in (2, 2, 3):
+        device.run(0, rows)
+        gathered.append([card.trace[0] for card in device.cards])
+    assert all(now is before for now, before in zip(gathered[1], gathered[0]))
+    assert [r.slices for r in gathered[2]] == [((3, 0), (3, 4))] * 2
+    assert not any(now is before for now, before in zip(gathered[2], gathered[1]))
+
+
 def test_send_recv_around_the_ring_and_to_itself(rng):
     data = [rand16(rng, 2, 6) for _ in range(3)]
     texts = ["SEND src1=ABUF[0] rows=2 n=6 src1_stride=8\nRECV dst=ABUF[100] rows=2 n=6 dst_stride=6\nHALT"] * 3
@@ -394,6 +410,24 @@ def test_collective_and_point_to_point_mismatches():
     assert "card 1 pc 1 (RECV dst=ABUF[8] rows=1 n=5): expects rows=1 n=5" in str(info.value)
     with pytest.raises(CollectiveMismatchError, match="never received"):
         device_for(["SEND src1=ABUF[0] rows=1 n=4\nHALT", "HALT"]).run(0, 1)
+
+
+def test_runs_pause_the_garbage_collector_and_restore_it():
+    """A run pauses Python's cyclic garbage collector and restores it as it was, also when the run fails."""
+    seen = []
+    device = device_for("NOP\nHALT")
+    assert gc.isenabled()
+    device.run_watched(0, 1, {(0, 0): lambda card, pc, read: seen.append(gc.isenabled())})
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(StepLimitError):
+        device_for("NOP\nHALT", max_steps=1).run(0, 1)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        device.run(0, 1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_step_limit():

@@ -315,3 +315,96 @@ def test_compiled_matmul_kernel_is_bit_exact_with_the_torch_path():
         nan = np.isnan(torch_path)
         assert np.array_equal(np.isnan(ours), nan)
         assert np.array_equal(ours[~nan].view(np.uint32), torch_path[~nan].view(np.uint32)), trial
+
+
+def test_compiled_matmul_kernel_every_tile_width_and_layout():
+    """hw/native.py's AVX2 paths (widths 8 ... 128: FP16 weights converted in registers, the last tile zero-padded)
+    and its generic path (other widths) against the torch path: K inside and across tile boundaries, strided rows
+    and columns, rows sharing one address, special values."""
+    from ringgpt.hw import native
+    if native.library() is None:
+        pytest.skip("no compiled kernel on this machine (no C compiler, or RINGGPT_NATIVE=0)")
+    rng = np.random.default_rng(12)
+    for trial, width in enumerate([1, 2, 4, 8, 16, 32, 64, 128, 256] * 6):
+        m, n = int(rng.integers(1, 5)), int(rng.integers(1, 20))
+        k = int((width * rng.integers(1, 4), width * rng.integers(1, 4) + rng.integers(1, width + 1), 1)[trial % 3])
+        x = (rng.standard_normal((m, 2 * k)) * (1, 1e3, 1e-4)[trial % 3]).astype(np.float16)
+        w = (rng.standard_normal((n, k + 3)) * (1, 1e-5, 300)[trial % 3]).astype(np.float16)
+        x.flat[rng.integers(0, x.size, 2)] = (np.inf, -np.inf, np.nan, -0.0)[trial % 4]
+        w.flat[rng.integers(0, w.size, 2)] = (np.float16(6e-8), -0.0, np.inf)[trial % 3]
+        rows = x[:, ::2] if trial % 2 else x[:, :k]          # strided or contiguous rows
+        if trial % 5 == 0:
+            rows = np.broadcast_to(rows[:1], rows.shape)     # every row at one address
+        cols = w[:, :k].T                                    # columns k + 3 words apart
+        with np.errstate(over="ignore", invalid="ignore"):
+            ours, want = native.matmul_acc(rows, cols, width), nm._matmul_acc_torch(rows, cols, width)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(ours), nan), (trial, width)
+        assert np.array_equal(ours[~nan].view(np.uint32), want[~nan].view(np.uint32)), (trial, width)
+
+
+@pytest.mark.parametrize("name", sorted(nm.SPECIAL_FUNCTIONS))
+def test_special_looks_up_the_evaluated_table_for_any_shape(name):
+    """special() indexes special_table (the evaluation at every pattern, read-only) for arrays of any shape and
+    layout, 0-d included."""
+    table = nm.special_table(name)
+    every = np.arange(1 << 16).astype(np.uint16).view(np.float16)
+    assert not table.flags.writeable
+    assert np.array_equal(bits(table), bits(nm._evaluate_special(name, every)))
+    x = every.reshape(256, 256)[::3, 1::2]
+    assert np.array_equal(bits(nm.special(name, x)), bits(nm._evaluate_special(name, np.ascontiguousarray(x))))
+    scalar = nm.special(name, np.float16(0.5))
+    assert isinstance(scalar, np.ndarray) and scalar.shape == () and bits(scalar) == bits(table[0x3800])
+
+
+@pytest.mark.parametrize("op", ["vadd", "vsub", "vmul"])
+def test_vector_fp16_arithmetic_is_the_fp32_operation_rounded_once(op):
+    """vadd, vsub and vmul (numpy FP16 arithmetic, NaNs made canonical) against their definition, the FP32
+    operation then to_fp16, for every FP16 pattern against special and random operands, both orders."""
+    every = np.arange(1 << 16).astype(np.uint16).view(np.float16)
+    rng = np.random.default_rng(5)
+    others = np.concatenate([np.array(SPECIAL_BITS, np.uint16), rng.integers(0, 1 << 16, 40).astype(np.uint16)])
+    fp32_op = {"vadd": np.add, "vsub": np.subtract, "vmul": np.multiply}[op]
+    for b in others.view(np.float16):
+        for x, y in ((every, np.full_like(every, b)), (np.full_like(every, b), every)):
+            with np.errstate(over="ignore", invalid="ignore"):
+                want = nm.to_fp16(fp32_op(x.astype(np.float32), y.astype(np.float32)))
+            assert np.array_equal(bits(getattr(nm, op)(x, y)), bits(want)), (op, hex(int(bits(b))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), width=st.sampled_from([1, 2, 8, 64, 128]), b_kind=st.sampled_from(["none", "rows", "scalar"]))
+def test_reduce_sum_of_rows_equals_the_tree_path(data, width, b_kind):
+    """reduce_sum along the rows of a 2-D block (the compiled kernel when present) against accumulate_tiles of the
+    exact products, with no b, one b per row or a broadcast scalar."""
+    rows, n = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 200))
+    a = data.draw(fp16_arrays(st.just((rows, n))))
+    b = {"none": None, "rows": data.draw(fp16_arrays(st.just((rows, n)))),
+         "scalar": data.draw(fp16_arrays(st.just(())))}[b_kind]
+    terms = a.astype(np.float32) if b is None else nm.mul_fp16_exact(a, b)
+    want = nm.to_fp16(nm.accumulate_tiles(terms.T, width))
+    assert np.array_equal(bits(nm.reduce_sum(a, width, b, axis=1)), bits(want))
+
+
+def test_compiled_fp16_rounding_equals_to_fp16():
+    """hw/native.py's FP32 -> FP16 conversion (F16C, with an FP16 bias added in FP32) against to_fp16(add_fp32(...)):
+    every FP16 value, the FP32 values at and next to every midpoint between neighbours, the overflow edge, NaN
+    payloads, random FP32 patterns (subnormals included)."""
+    from ringgpt.hw import native
+    if not native.rounds_fp16():
+        pytest.skip("no compiled kernel with F16C on this machine")
+    rng = np.random.default_rng(13)
+    h = np.arange(1 << 16).astype(np.uint16).view(np.float16).astype(np.float32)
+    finite = np.unique(h[np.isfinite(h)])
+    mid = ((finite[1:].astype(np.float64) + finite[:-1]) / 2).astype(np.float32)
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    values = np.concatenate([h, mid, np.nextafter(mid, up), np.nextafter(mid, down),
+                             np.array([65519.996, 65520, 65520.004, 3.4e38, 1e-30], np.float32),
+                             (np.uint32(0x7F800000) | rng.integers(1, 1 << 23, 256).astype(np.uint32)).view(np.float32),
+                             rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    values = np.concatenate([values, -values])
+    acc = values[:values.size // 64 * 64].reshape(-1, 64)
+    bias = np.array(SPECIAL_BITS + list(rng.integers(0, 1 << 16, 64 - len(SPECIAL_BITS))), np.uint16).view(np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.array_equal(bits(native.round_fp16(acc)), bits(nm.to_fp16(acc)))
+        assert np.array_equal(bits(native.round_fp16(acc, bias)), bits(nm.to_fp16(nm.add_fp32(acc, nm._f32(bias)))))

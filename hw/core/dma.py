@@ -400,17 +400,19 @@ class DMAUnit(wiring.Component):
         """Cycles from the first job's to the last one's, or from the first beat to the last, of the rows
         [start, start + length) (see transfer_cycles)."""
         cfg, B = self.cfg, self.beat_words
-        starts = np.asarray(starts, dtype=np.int64)
+        starts = np.asarray(starts, dtype=np.int64)[None, :]
         page_beats = AXI_PAGE_BYTES // (2 * B)
-        busiest = 0
-        for port in range(1 if host else cfg.hbm_channels):
-            lo, hi = (starts, starts + length) if host else hbm.local_range(port, starts, starts + length, cfg)
-            used = lo < hi
-            first, last = lo[used] // B, (hi[used] - 1) // B
-            beats = int((last - first + 1).sum())
-            pages = last // page_beats - first // page_beats + 1
-            bursts = int(np.maximum(pages, -(-(last - first + 1) // AXI_MAX_BURST)).sum())
-            busiest = max(busiest, beats, _ceil_div(bursts * (latency + 1), cfg.hbm_outstanding))
+        if host:
+            lo, hi = starts, starts + length
+        else:   # every port at once: row p of (lo, hi) is port p's channel-local range of each row
+            lo, hi = hbm.local_range(np.arange(cfg.hbm_channels)[:, None], starts, starts + length, cfg)
+        used = lo < hi
+        first, last = lo // B, (hi - 1) // B
+        beats = np.where(used, last - first + 1, 0)
+        pages = last // page_beats - first // page_beats + 1
+        bursts = np.where(used, np.maximum(pages, -(-beats // AXI_MAX_BURST)), 0).sum(axis=1)
+        busiest = max(int(beats.sum(axis=1).max()),
+                      max(_ceil_div(int(b) * (latency + 1), cfg.hbm_outstanding) for b in bursts.tolist()))
         return max(busiest, jobs) - 1
 
     # --- the unit ------------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 estimate of every run."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
 from collections.abc import Mapping
@@ -213,18 +215,20 @@ class SimulatorDevice(Device):
         for card in self.cards:
             card.start(int(pos), int(rows))
             card.watch = _card_watch(card, watch) if watch else None
-        try:
-            run_ring(self.cards, self.max_steps)
-        except DeviceError as exc:
-            self._last_error = str(exc)
-            raise
-        finally:
-            for card in self.cards:
-                card.watch = None
-        traces = [card.trace for card in self.cards]
-        report = schedule(traces, self.config)
+        with _collector_paused():
+            try:
+                run_ring(self.cards, self.max_steps)
+            except DeviceError as exc:
+                self._last_error = str(exc)
+                raise
+            finally:
+                for card in self.cards:
+                    card.watch = None
+            traces = [card.trace for card in self.cards]
+            report = schedule(traces, self.config)
+            variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
         self.last_report = report
-        self.last_variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
+        self.last_variant_reports = variant_reports
         self._runs += 1
         self._last_error = None
         cfg = self.config
@@ -243,6 +247,21 @@ class SimulatorDevice(Device):
     def close(self) -> None:
         self.cards = []
         self.last_report = None
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused for one run (and resumed as it was). A run allocates tens of
+    thousands of short-lived objects (trace, schedule), whose count would otherwise start full collections that
+    traverse every object of the process (the image's programs, the host's model): tens of milliseconds per GPT-2
+    124M decode run. Nothing is lost: what the run leaves unreachable is collected after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _card_watch(card: Card, watch: Mapping) -> dict | None:
