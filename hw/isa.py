@@ -48,6 +48,8 @@ class IllegalInstructionError(RingGPTError, ValueError):
 
 
 class Space(enum.Enum, shape=unsigned(3)):
+    __hash__ = object.__hash__  # members are singletons: identity hashing is C-level (Enum's hashes the name)
+
     NONE = 0
     ABUF = 1
     WBUF = 2
@@ -57,6 +59,8 @@ class Space(enum.Enum, shape=unsigned(3)):
 
 
 class Unit(enum.Enum, shape=unsigned(3)):
+    __hash__ = object.__hash__  # members are singletons: identity hashing is C-level (Enum's hashes the name)
+
     CONTROL = 0
     DMA = 1
     MATRIX = 2
@@ -65,6 +69,8 @@ class Unit(enum.Enum, shape=unsigned(3)):
 
 
 class Opcode(enum.Enum, shape=unsigned(6)):
+    __hash__ = object.__hash__  # members are singletons: identity hashing is C-level (Enum's hashes the name)
+
     NOP = 0x00
     HALT = 0x01
     BARRIER = 0x02
