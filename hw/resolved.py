@@ -11,6 +11,7 @@ fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
 """
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from ringgpt.hw.isa import (HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_MASK, Flags, Instruction, Opcode,
@@ -130,10 +131,14 @@ def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
     return (tuple(b.bounds() for b in reads if not b.empty), tuple(b.bounds() for b in writes if not b.empty))
 
 
+def _NO_REGISTERS(regs: list) -> tuple:
+    return ()
+
+
 class Decoded:
     """An instruction pre-decoded at load into plain tuples, resolved against the registers when
     executed (the last resolution is kept and reused while the registers it reads are unchanged)."""
-    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl", "regs_read", "_last")
+    __slots__ = ("inst", "op", "operands", "dims", "strides", "flags", "ctrl", "regs_read", "_key", "_last")
 
     def __init__(self, inst: Instruction):
         self.inst = inst
@@ -145,10 +150,11 @@ class Decoded:
         self.ctrl = (inst.rd, inst.rs, inst.rt, inst.imm)
         self.regs_read = tuple(sorted({reg for _, reg, _ in self.operands if reg}
                                       | {reg for reg, _ in self.dims if reg}))
-        self._last = (None, None)
+        self._key = operator.itemgetter(*self.regs_read) if self.regs_read else _NO_REGISTERS
+        self._last = (object(), None)
 
     def resolve(self, regs: list, card: int) -> Resolved:
-        key = tuple(regs[reg] for reg in self.regs_read)
+        key = self._key(regs)  # the values of the registers it reads
         last_key, resolved = self._last
         if key == last_key:
             return resolved

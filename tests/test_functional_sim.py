@@ -553,3 +553,35 @@ def test_run_watched_rejects_pcs_outside_the_program():
         device.run_watched(0, 1, {(0, 2): lambda card, pc, read: None})
     with pytest.raises(HostAccessError, match="card 1 does not exist"):
         device.run_watched(0, 1, {(1, 0): lambda card, pc, read: None})
+
+
+def test_deferred_weight_loads_behave_as_copies(rng):
+    """Contiguous HBM -> WBUF LOADs are deferred (sim/functional/machine.py Card); every way of telling the
+    difference sees the copy: an HBM STORE over the source after the LOAD, a second LOAD over part of the first,
+    an on-chip write into the block, reads that span deferred and written words, and memory dumps."""
+    hbm = rand16(rng, 600)
+    program = """
+        LOAD dst=ABUF[0] src1=HOST[0] rows=1 n=64
+        LOAD dst=WBUF[0] src1=HBM[0] rows=4 n=64 dst_stride=64 src1_stride=64
+        STORE dst=HBM[32] src1=ABUF[0] rows=1 n=64
+        LOAD dst=WBUF[192] src1=HBM[400] rows=1 n=100
+        LOAD dst=WBUF[10] src1=ABUF[0] rows=2 n=5 dst_stride=20 src1_stride=5
+        MATMUL dst=ABUF[100] src1=ABUF[0] src2=WBUF[0] rows=1 n=4 k=16 src1_stride=64 src2_stride=16
+        MATMUL dst=ABUF[500] src1=ABUF[0] src2=WBUF[200] rows=1 n=2 k=16 src1_stride=64 src2_stride=16
+        HALT"""
+    device = device_for(program, hbm=[(0, 0, hbm)])
+    host = rand16(rng, 64)
+    device.write_host(0, 0, host)
+    device.run(0, 1)
+    wbuf = np.zeros(CFG.wbuf_words, np.float16)
+    wbuf[0:256] = hbm[0:256]                 # the first LOAD reads HBM before the STORE changes it
+    wbuf[192:292] = hbm[400:500]             # the second LOAD supersedes words 192..255
+    for r in range(2):
+        wbuf[10 + 20 * r:15 + 20 * r] = host[5 * r:5 * r + 5]
+    assert np.array_equal(bits(device.memory(0, Space.WBUF)), bits(wbuf))
+    for at, base, n in ((100, 0, 4), (500, 200, 2)):  # a read across deferred and written words; one inside a block
+        want = nm.matmul(host[None, :16], wbuf[base:base + 16 * n].reshape(n, 16).T, CFG.mac_width)
+        assert np.array_equal(bits(block(device, Space.ABUF, at, 1, n, n)), bits(want))
+    hbm_after = hbm.copy()
+    hbm_after[32:96] = host
+    assert np.array_equal(bits(device.memory(0, Space.HBM)[:600]), bits(hbm_after))

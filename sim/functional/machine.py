@@ -44,16 +44,49 @@ class Message:
         return str(self.inst)
 
 
+class _Memories(dict):
+    """A card's memories by space, as the device, testbenches and tests see them: WBUF and HBM read or written
+    through it first carry out the card's deferred HBM -> WBUF copies (Card._defer)."""
+
+    def __init__(self, memories: dict, write_deferred):
+        super().__init__(memories)
+        self._write_deferred = write_deferred
+
+    def __getitem__(self, space: Space) -> np.ndarray:
+        if space is Space.WBUF or space is Space.HBM:
+            self._write_deferred()
+        return super().__getitem__(space)
+
+    def get(self, space: Space, default=None):
+        return self[space] if space in self else default
+
+    def values(self):
+        self._write_deferred()
+        return super().values()
+
+    def items(self):
+        self._write_deferred()
+        return super().items()
+
+
 class Card:
-    """One card: its memories, registers, program and the trace of the current run."""
+    """One card: its memories, registers, program and the trace of the current run.
+
+    A LOAD of a contiguous block from HBM into WBUF (the weight stream) is deferred rather than copied: the card
+    remembers that WBUF[lo:hi] holds HBM[h:h + hi - lo], reads within it come from HBM, and the copy is carried out
+    before anything else could tell the difference (a read that is not wholly inside one deferred block, a write
+    to the WBUF words or the HBM words concerned, any access through `mem`). Results are those of the copy."""
 
     def __init__(self, index: int, cfg: ArchConfig, program: list, hbm_words: int, host_words: int,
                  compute: bool = True):
         self.index, self.cfg, self.program, self.compute = index, cfg, program, compute
-        self.mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16),
-                    Space.WBUF: np.zeros(cfg.wbuf_words, np.float16),
-                    Space.HBM: np.zeros(hbm_words, np.float16),
-                    Space.HOST: np.zeros(host_words, np.float16)}
+        self._mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16),
+                     Space.WBUF: np.zeros(cfg.wbuf_words, np.float16),
+                     Space.HBM: np.zeros(hbm_words, np.float16),
+                     Space.HOST: np.zeros(host_words, np.float16)}
+        self._deferred: list = []
+        """(lo, hi, h): WBUF[lo:hi] holds HBM[h:h + hi - lo] (a deferred LOAD; the blocks do not overlap)."""
+        self.mem = _Memories(self._mem, self._write_deferred)
         self.regs = [0] * NUM_REGS
         self.pc = 0
         self.state = State.RUNNING
@@ -129,7 +162,7 @@ class Card:
 
     # --- memory access -------------------------------------------------------------------------
     def _check(self, name: str, space: Space, lo: int, hi: int, verb: str, what: str = "") -> None:
-        limit = len(self.mem[space])
+        limit = len(self._mem[space])
         if hi <= limit:
             return
         if space is Space.HBM and hi <= self.cfg.hbm_words:
@@ -144,28 +177,70 @@ class Card:
     def read(self, name: str, operand: tuple, rows: int, n: int, stride: int) -> np.ndarray:
         """A (rows, n) view of a strided block (row r at base + r*stride)."""
         space, base = operand
-        mem = self.mem[space]
+        mem = self._mem[space]
         if rows == 0 or n == 0:
             return np.empty((rows, n), np.float16)
         end = base + (rows - 1) * stride + n
         if end > len(mem):
             self._check(name, space, base, end, "reads")
+        if space is Space.WBUF and self._deferred:
+            for lo, hi, h in self._deferred:
+                if lo <= base and end <= hi:
+                    return np.ndarray((rows, n), np.float16, self._mem[Space.HBM], 2 * (base - lo + h),
+                                      (2 * stride, 2))
+            self._write_deferred(base, end)
         return np.ndarray((rows, n), np.float16, mem, 2 * base, (2 * stride, 2))
 
     def write(self, name: str, operand: tuple, rows: int, n: int, stride: int, values) -> None:
         space, base = operand
         if rows == 0 or n == 0:
             return
-        mem = self.mem[space]
+        mem = self._mem[space]
         end = base + (rows - 1) * stride + n
         if end > len(mem):
             self._check(name, space, base, end, "writes")
+        if self._deferred and (space is Space.WBUF or space is Space.HBM):
+            self._write_deferred(base, end, space)
         if stride < n and rows > 1:  # overlapping rows: written in row order
             values = np.broadcast_to(values, (rows, n))
             for row in range(rows):
                 mem[base + row * stride:base + row * stride + n] = values[row]
         else:
             np.ndarray((rows, n), np.float16, mem, 2 * base, (2 * stride, 2))[...] = values
+
+    def _defer(self, r: Resolved) -> None:
+        """A contiguous LOAD HBM -> WBUF, remembered instead of copied (see the class)."""
+        words = r.rows * r.n
+        (_, src), (_, dst) = r.src1, r.dst
+        if src + words > len(self._mem[Space.HBM]):
+            self._check("src1", Space.HBM, src, src + words, "reads")
+        if dst + words > len(self._mem[Space.WBUF]):
+            self._check("dst", Space.WBUF, dst, dst + words, "writes")
+        if self._deferred:
+            kept = []
+            for lo, hi, h in self._deferred:  # what the new block covers is superseded
+                if hi <= dst or lo >= dst + words:
+                    kept.append((lo, hi, h))
+                    continue
+                if lo < dst:
+                    kept.append((lo, dst, h))
+                if hi > dst + words:
+                    kept.append((dst + words, hi, h + dst + words - lo))
+            self._deferred = kept
+        self._deferred.append((dst, dst + words, src))
+
+    def _write_deferred(self, start: int = 0, stop: int | None = None, space: Space = Space.WBUF) -> None:
+        """Carries out the deferred copies whose WBUF words (or, for space HBM, whose HBM source words) meet
+        [start, stop) (all of them by default)."""
+        wbuf, hbm = self._mem[Space.WBUF], self._mem[Space.HBM]
+        kept = []
+        for lo, hi, h in self._deferred:
+            a, b = (lo, hi) if space is Space.WBUF else (h, h + hi - lo)
+            if stop is None or (a < stop and start < b):
+                wbuf[lo:hi] = hbm[h:h + hi - lo]
+            else:
+                kept.append((lo, hi, h))
+        self._deferred = kept
 
     def _vector_operand(self, r: Resolved, name: str, row_scalar: bool):
         space, value = getattr(r, name)
@@ -179,7 +254,7 @@ class Card:
         reads, writes = access_ranges(r)
         for verb, ranges in (("reads", reads), ("writes", writes)):
             for space, lo, hi in ranges:
-                if space in self.mem:
+                if space in self._mem:
                     # A GATHER's table extent depends on the indices (data): only its base is checked.
                     gathered_table = r.op is Opcode.GATHER and verb == "reads" and space is Space.HBM
                     self._check("operand", space, lo, lo if gathered_table else hi, verb)
@@ -190,6 +265,10 @@ class Card:
             self.regs[rd] = control_result(r.op, self.regs, rs, rt, imm)
 
     def _copy(self, r: Resolved) -> None:
+        if (r.dst[0] is Space.WBUF and r.src1[0] is Space.HBM and not r.flags.transpose and r.rows and r.n
+                and (r.rows == 1 or r.src1_stride == r.n == r.dst_stride)):
+            self._defer(r)
+            return
         src = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
         if r.src1[0] is r.dst[0]:
             src = src.copy()
@@ -207,7 +286,7 @@ class Card:
         worst = int(np.argmax(starts))
         self._check("src1", space, int(starts[worst]), int(starts[worst]) + r.n, "reads",
                     f" (index {int(index[worst])} of row {worst})")
-        rows = self.mem[space][starts[:, None] + np.arange(r.n)]
+        rows = self._mem[space][starts[:, None] + np.arange(r.n)]
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, rows)
 
     def _products(self, r: Resolved, bias=None, gelu: bool = False) -> np.ndarray:
