@@ -135,6 +135,16 @@ def _NO_REGISTERS(regs: list) -> tuple:
     return ()
 
 
+def scoreboard_ranges(r: Resolved) -> tuple:
+    """(reads, writes): the ranges the RTL's scoreboard tracks (hw/core/scoreboard.py): access_ranges, except an
+    ALLGATHER's destination, from its base up to ADDRESS_LIMIT whenever it has rows (only the router learns the other
+    cards' columns)."""
+    reads, writes = access_ranges(r)
+    if r.op is Opcode.ALLGATHER and r.rows:
+        writes = ((r.dst[0], r.dst[1], ADDRESS_LIMIT),)
+    return reads, writes
+
+
 class Decoded:
     """An instruction pre-decoded at load into plain tuples, resolved against the registers when
     executed (the last resolution is kept and reused while the registers it reads are unchanged)."""

@@ -16,7 +16,7 @@ import numpy as np
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
-from ringgpt.hw.resolved import ADDRESS_LIMIT, Resolved, access_ranges
+from ringgpt.hw.resolved import Resolved, scoreboard_ranges
 
 
 class Cost(NamedTuple):
@@ -316,15 +316,6 @@ class CycleReport:
 _ALLGATHER, _RECV = "allgather", "recv"
 
 
-def scoreboard_ranges(r: Resolved) -> tuple:
-    """(reads, writes): the ranges the RTL's scoreboard tracks (hw/core/scoreboard.py): access_ranges, except an
-    ALLGATHER's destination, from its base up (only the router learns the other cards' columns)."""
-    reads, writes = access_ranges(r)
-    if r.op is Opcode.ALLGATHER and writes:
-        writes = ((r.dst[0], r.dst[1], ADDRESS_LIMIT),)
-    return reads, writes
-
-
 class _Costed(NamedTuple):
     """What the schedule needs of one instruction under one config, derived once (see _costed)."""
     unit: Unit
@@ -443,7 +434,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
     """Schedules one card's trace as its controller issues it. Per word, in program order: it reaches the head
     (fetch), is decided no earlier than the cycle after the previous word; a control instruction takes that
     cycle (BARRIER and HALT once nothing is in flight); a unit instruction enters its unit's queue once no
-    instruction of another unit in flight conflicts with it (the scoreboard: RAW, WAR, WAW over access_ranges)
+    instruction of another unit in flight conflicts with it (the scoreboard: RAW, WAR, WAW over scoreboard_ranges)
     and the queue has room; its unit takes it QUEUE_TO_UNIT cycles later, or when done with the previous one;
     it is done `cycles` later (the scoreboard frees it for that cycle's decision). At an ALLGATHER it yields
     (ALLGATHER, the cycle its unit could take it) and receives the joint start; at a RECV it yields (RECV, that

@@ -8,11 +8,11 @@ import pytest
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
-from ringgpt.hw.resolved import Resolved, access_ranges
+from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
 from ringgpt.hw.core.router import router_cycles
 from ringgpt.sim import cycle_model
 from ringgpt.sim.cycle_model import (_costed, _fetch_shape, instruction_class, instruction_cost, link_excess,
-                                     schedule, scoreboard_ranges, unit_timing)
+                                     schedule, unit_timing)
 from ringgpt.sim.functional import SimulatorDevice
 
 CFG = get_config("sim-small")

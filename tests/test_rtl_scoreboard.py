@@ -16,7 +16,7 @@ from ringgpt.hw.core.scoreboard import (EXECUTING_UNITS, READ_OPERANDS, WRITE_OP
                                         footprint)
 from ringgpt.hw.isa import (INSTRUCTION_BITS, NUM_REGS, OPCODES, IllegalInstructionError, Instruction,
                             InstructionLayout, Opcode, Space, decode)
-from ringgpt.hw.resolved import ADDRESS_LIMIT, Decoded, access_ranges
+from ringgpt.hw.resolved import ADDRESS_LIMIT, Decoded, scoreboard_ranges
 from ringgpt.sim.tb.tb_controller import UNIT_OPCODES, conflict, random_instruction
 
 def random_regs(rng: random.Random, *, small: bool = False) -> list:
@@ -28,17 +28,13 @@ def random_regs(rng: random.Random, *, small: bool = False) -> list:
 
 
 def golden_ranges(inst: Instruction, regs: list) -> tuple:
-    """access_ranges of `inst` run on one card, hi capped at 2**32 as the RTL stores it; an ALLGATHER's
-    destination as the RTL bounds it (from its base to 2**32: the other cards' slices are not known)."""
+    """scoreboard_ranges of `inst` run on one card, hi capped at 2**32 as the RTL stores it."""
     resolved = Decoded(inst).resolve(regs, 0)
     if inst.opcode is Opcode.ALLGATHER:
         resolved = resolved._replace(slices=((resolved.n, resolved.k),))
-    reads, writes = access_ranges(resolved)
-    if inst.opcode is Opcode.ALLGATHER:
-        writes = ((resolved.dst[0], resolved.dst[1], ADDRESS_LIMIT),) if resolved.rows else ()
-    cap = [(space, lo, min(hi, ADDRESS_LIMIT)) for space, lo, hi in reads], \
-        [(space, lo, min(hi, ADDRESS_LIMIT)) for space, lo, hi in writes]
-    return cap
+    reads, writes = scoreboard_ranges(resolved)
+    return ([(space, lo, min(hi, ADDRESS_LIMIT)) for space, lo, hi in reads],
+            [(space, lo, min(hi, ADDRESS_LIMIT)) for space, lo, hi in writes])
 
 
 class FootprintHarness(wiring.Component):
