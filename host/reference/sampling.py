@@ -160,6 +160,10 @@ class LogitChunks:
             raise RequestError(f"chunk starts {starts[:4].tolist()}... do not cut a row of {vocab} logits")
         self.starts, self.vocab = starts, vocab
         self.ends = np.append(starts[1:], vocab)
+        lengths = self.ends - starts
+        columns = np.arange(lengths.max())
+        self.positions = np.where(columns < lengths[:, None], starts[:, None] + columns, -1)
+        """Row i: the positions of chunk i, then -1 past its end (a short chunk)."""
 
     def maxima(self, values) -> ChunkMaxima:
         """One row's chunk maxima (as read back from the cards)."""
@@ -177,9 +181,9 @@ class ChunkMaxima:
     values: np.ndarray
 
     def top_k_candidates(self, logits: np.ndarray, k: int) -> np.ndarray | None:
-        """The positions (ascending) of every logit >= the k-th largest, found in the chunks whose maximum is >=
-        the k-th largest chunk maximum (each holds at least one logit >= it, so the k-th largest logit is too,
-        and a chunk below it holds none of them); None where that saves nothing (k chunks or more) or the k-th
+        """The positions (ascending) of every logit >= the k-th largest, found among the logits >= the k-th largest
+        chunk maximum in the chunks whose maximum reaches it (each of k chunks holds a logit >= it, so the k-th
+        largest logit is too, and a chunk below it holds none of them); None where that saves nothing (k chunks or more) or the k-th
         value is zero (-0 and +0 are equal values but distinct keys: the whole row decides)."""
         chunks = self.chunks
         if logits.size != chunks.vocab or self.values.dtype != logits.dtype:
@@ -195,11 +199,12 @@ class ChunkMaxima:
         if k >= keys.size:
             return None
         self._check_nan(keys.max())
-        chosen = np.flatnonzero(keys >= np.partition(keys, keys.size - k)[keys.size - k])
-        lengths = chunks.ends[chosen] - chunks.starts[chosen]
-        positions = np.arange(lengths.sum()) + np.repeat(chunks.starts[chosen] - (np.cumsum(lengths) - lengths),
-                                                         lengths)
+        threshold = np.partition(keys, keys.size - k)[keys.size - k]
+        positions = chunks.positions[keys >= threshold].ravel()
+        positions = positions[positions >= 0]
         row_keys = _sortable_keys(logits[positions])
+        above = row_keys >= threshold  # the k-th largest logit is >= threshold: nothing below it is kept
+        positions, row_keys = positions[above], row_keys[above]
         kth = np.partition(row_keys, row_keys.size - k)[row_keys.size - k]
         kept = positions[row_keys >= kth]
         return None if logits[positions[int(np.argmax(row_keys == kth))]] == 0 else kept
