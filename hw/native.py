@@ -6,8 +6,9 @@ the weights converted from FP16 there). `matmul_fp16` also adds the bias and rou
 definition: tests/test_numerics.py checks it bit for bit against the torch path and numerics.to_fp16 (random,
 special and subnormal values), and those remain the fallback.
 
-The C source is compiled on first use with the system C compiler (the project already needs one for Verilator)
-into $RINGGPT_CACHE_DIR/native (default ~/.cache/ringgpt/native), keyed by the source's hash, with
+The C source is compiled on first use with the system C compiler (the project already needs one for Verilator;
+`build`, which the sampler's kernel in host/reference/weights.py uses too) into $RINGGPT_CACHE_DIR/native
+(default ~/.cache/ringgpt/native), keyed by the source's hash, with
 -ffp-contract=off (no fused multiply-add) and without -ffast-math (IEEE binary32, round to nearest even,
 gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to torch.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import subprocess
 import tempfile
 import threading
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-SOURCE = r"""
+FP16_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -61,6 +63,10 @@ static void convert(const uint16_t *src, float *dst, long n) {
     for (long i = 0; i < n; i++) dst[i] = h2f(src[i]);
 }
 
+"""
+"""The exact FP16 -> FP32 conversion (`convert`, F16C where the CPU has it), shared by every compiled kernel."""
+
+SOURCE = FP16_SOURCE + r"""
 /* One tile: exact products, then the folding tree (lane l += lane l + half, half = W/2 ... 1), W a constant so
    that the compiler unrolls every level. */
 #define TILE(W) \
@@ -231,6 +237,41 @@ def _cache_dir() -> Path:
     return Path(root) / "native"
 
 
+def build(name: str, source: str, *, for_this_cpu: bool = False):
+    """C `source` compiled with FLAGS into the cache (keyed by its hash) and loaded: a ctypes.CDLL, or None when
+    RINGGPT_NATIVE=0, no compiler is there or the build fails (callers fall back to their numpy definition).
+    `for_this_cpu` adds -march=native, the cache then keyed by this CPU's features too."""
+    if os.environ.get("RINGGPT_NATIVE", "1") == "0":
+        return None
+    flags = FLAGS + (["-march=native"] if for_this_cpu else [])
+    key = source + " ".join(flags) + (_cpu_features() if for_this_cpu else "")
+    path = _cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                src = Path(tmp) / f"{name}.c"
+                src.write_text(source)
+                out = Path(tmp) / path.name
+                subprocess.run([os.environ.get("CC", "cc"), *flags, str(src), "-o", str(out)], check=True,
+                               capture_output=True, timeout=120)
+                os.replace(out, path)
+        return ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _cpu_features() -> str:
+    """What -march=native depends on: the machine and, on Linux, the CPU's model name and feature flags."""
+    lines = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("flags", "model name", "Features"))][:3]
+    except OSError:
+        pass
+    return platform.machine() + "".join(lines)
+
+
 def library():
     """The loaded kernel library, or None (turned off, no compiler, build failed)."""
     global _lib, _tried, _rounds
@@ -240,22 +281,8 @@ def library():
         if _tried:
             return _lib
         _tried = True
-        if os.environ.get("RINGGPT_NATIVE", "1") == "0":
-            return None
-        digest = hashlib.sha256((SOURCE + " ".join(FLAGS)).encode()).hexdigest()[:16]
-        path = _cache_dir() / f"treematmul-{digest}.so"
-        try:
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-                    src = Path(tmp) / "treematmul.c"
-                    src.write_text(SOURCE)
-                    out = Path(tmp) / path.name
-                    subprocess.run([os.environ.get("CC", "cc"), *FLAGS, str(src), "-o", str(out)], check=True,
-                                   capture_output=True, timeout=120)
-                    os.replace(out, path)
-            lib = ctypes.CDLL(str(path))
-        except (OSError, subprocess.SubprocessError):
+        lib = build("treematmul", SOURCE)
+        if lib is None:
             return None
         fn = lib.tree_matmul
         fn.restype = None
@@ -297,8 +324,8 @@ def round_fp16(acc: np.ndarray, bias=None) -> np.ndarray:
     out = np.empty(acc.shape, np.float16)
     if out.size:
         bias = None if bias is None else np.ascontiguousarray(bias, np.float16)
-        _lib.round_to_fp16(_address(acc), acc.shape[0], acc.shape[1], None if bias is None else _address(bias),
-                           _address(out))
+        _lib.round_to_fp16(address(acc), acc.shape[0], acc.shape[1], None if bias is None else address(bias),
+                           address(out))
     return out
 
 
@@ -316,15 +343,16 @@ def _tree_matmul(rows: np.ndarray, w: np.ndarray, width: int, bias, fp16: bool) 
     # One allocation: the FP32 result, the kernel's scratch, then the FP16 result.
     scratch = (m + 1) * kp
     memory = np.empty(m * n + scratch + (-(-m * n // 2) if fp16 else 0), np.float32)
-    acc = _address(memory)
-    _lib.tree_matmul(_address(rows), x_stride, m, _address(cols), w_stride, n, k, kp, width, acc, acc + 4 * m * n,
-                    None if bias is None else _address(bias), acc + 4 * (m * n + scratch) if fp16 else None)
+    acc = address(memory)
+    _lib.tree_matmul(address(rows), x_stride, m, address(cols), w_stride, n, k, kp, width, acc, acc + 4 * m * n,
+                    None if bias is None else address(bias), acc + 4 * (m * n + scratch) if fp16 else None)
     if fp16:
         return memory[m * n + scratch:].view(np.float16)[:m * n].reshape(m, n)
     return memory[:m * n].reshape(m, n)
 
 
-def _address(a: np.ndarray) -> int:
+def address(a: np.ndarray) -> int:
+    """The address of an array's first element, for a kernel's pointer argument."""
     return a.__array_interface__["data"][0]
 
 

@@ -109,7 +109,7 @@ def test_json_with_unknown_parameter():
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_fast_sampler_equals_the_plain_definition(dtype):
     """TokenSampler's candidate-only path picks exactly the tokens of reference_next_token (whole-vocabulary
-    float64 softmax, full stable sort), ties, zeros of both signs and -Inf included."""
+    float32 weights, full stable sort), ties, zeros of both signs and -Inf included."""
     from ringgpt.host.reference.sampling import reference_next_token
     rng = np.random.default_rng(5)
     configs = [SamplingConfig(), SamplingConfig(greedy=False), SamplingConfig(greedy=False, top_k=50),

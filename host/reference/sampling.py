@@ -1,7 +1,8 @@
 """Token selection from logits (greedy, temperature, top-k, top-p), in numpy, deterministic under a seed.
 
 The one implementation of sampling: the reference path and the appliance runtime both call TokenSampler with their
-own logits, so the same seed picks the same tokens from the same logits.
+own logits, so the same seed picks the same tokens from the same logits. The draw among the kept logits (weights,
+top-p nucleus, one draw) is defined in draw.py.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from ringgpt.host.errors import PromptError, RequestError, SamplingConfigError
+from ringgpt.host.reference.draw import NOT_FINITE, draw, exp_weights, lane_sum
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,12 @@ class TokenSampler:
         the softmax of logits/temperature restricted to the top_k largest and then to the smallest top_p
         probability mass.
 
-        The result is the one the plain definition gives (float64 softmax over the whole vocabulary, a stable
-        descending sort, cumulative sums; `reference_next_token`, which the tests compare with), computed without
+        The result is the one the plain definition gives (float32 weights over the whole vocabulary, a stable
+        descending sort, cumulative sums: `reference_next_token`, which the tests compare with), computed without
         touching the whole vocabulary where the filters allow: selection runs on integer keys of the bit patterns
-        (their order is the values' order), float64 arithmetic only on the candidates, and every float64 sum is the
-        one the definition forms (the same terms in the same order), so the tokens are the same bit for bit.
+        (their order is the values' order), and the draw among the kept logits is draw.py's compiled kernel (its
+        weights, total, nucleus and draw are the definition's bit for bit). The weights are float32, as a float32
+        softmax (transformers' top-p) computes them.
 
         `chunk_maxima` (what the cards compute beside their logits) lets greedy and top-k read only the chunks that
         can hold the argmax or the top-k candidates; the token is the same. NaN is then detected through the
@@ -98,6 +101,9 @@ class TokenSampler:
             candidates = chunk_maxima.top_k_candidates(logits, k)
             if candidates is not None and cfg.greedy:
                 return int(candidates[0])
+        elif chunk_maxima is not None and not cfg.greedy:  # no top-k: the maxima only stand in for the NaN check
+            chunk_maxima.check(logits)
+            return self._draw(logits, None)
         if candidates is None:
             candidates = self._whole_row_candidates(logits)
             if cfg.greedy:
@@ -124,28 +130,15 @@ class TokenSampler:
         return candidates
 
     def _draw(self, logits: np.ndarray, candidates: np.ndarray | None) -> int:
-        """The sampled token: softmax over the candidates (the whole row when None), nucleus, one draw."""
-        cfg, vocab = self.cfg, logits.size
-        if candidates is not None:
-            x = logits[candidates].astype(np.float64) / cfg.temperature
-            e = np.exp(x - x.max())
-            probs = e / e.sum()  # the definition's sum: the kept terms in vocabulary order
-        else:
-            x = _as_float64(logits) / cfg.temperature
-            probs = np.exp(x - x.max())
-            probs /= probs.sum()
-            candidates = np.arange(vocab)
-        if cfg.top_p < 1.0:
-            order = _nucleus(probs, cfg.top_p)
-            candidates, probs = candidates[order], probs[order]
-            by_index = np.argsort(candidates, kind="stable")
-            candidates, probs = candidates[by_index], probs[by_index]
-        # The definition's cumulative sum runs over the vocabulary with zeros outside the kept set: the same values
-        # at the kept positions, so both searches map to them.
-        cdf = np.cumsum(probs)
-        last_possible = candidates[min(int(np.searchsorted(cdf, cdf[-1])), cdf.size - 1)]
-        drawn = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
-        return int(min(candidates[drawn] if drawn < cdf.size else vocab, last_possible))
+        """The sampled token among the candidates (the whole row when None): draw.draw with this token's one random
+        number."""
+        cfg = self.cfg
+        chosen = draw(logits if candidates is None else logits[candidates], cfg.temperature, cfg.top_p,
+                      self._rng.random())
+        if chosen == NOT_FINITE:
+            raise RequestError("logits contain +Inf or are all -Inf: the softmax that sampling draws from is undefined "
+                               "(greedy decoding takes the first largest)")
+        return int(chosen if candidates is None else candidates[chosen])
 
 
 class LogitChunks:
@@ -186,19 +179,14 @@ class ChunkMaxima:
         largest logit is too, and a chunk below it holds none of them); None where that saves nothing (k chunks or more) or the k-th
         value is zero (-0 and +0 are equal values but distinct keys: the whole row decides)."""
         chunks = self.chunks
-        if logits.size != chunks.vocab or self.values.dtype != logits.dtype:
-            raise RequestError(f"chunk maxima ({self.values.dtype}) of a row of {chunks.vocab} logits given with "
-                               f"a row of {logits.size} ({logits.dtype})")
-        keys = _sortable_keys(self.values)
+        keys = self.check(logits)
         if k == 1:
             chosen = np.argmax(keys)
-            self._check_nan(keys[chosen])
             start = chunks.starts[chosen]
             first = start + int(np.argmax(_sortable_keys(logits[start:chunks.ends[chosen]])))
             return None if logits[first] == 0 else np.array([first])
         if k >= keys.size:
             return None
-        self._check_nan(keys.max())
         threshold = np.partition(keys, keys.size - k)[keys.size - k]
         positions = chunks.positions[keys >= threshold].ravel()
         positions = positions[positions >= 0]
@@ -209,33 +197,40 @@ class ChunkMaxima:
         kept = positions[row_keys >= kth]
         return None if logits[positions[int(np.argmax(row_keys == kth))]] == 0 else kept
 
-    def _check_nan(self, top_key) -> None:
-        if top_key > _INF_KEY[self.values.dtype]:
+    def check(self, logits: np.ndarray) -> np.ndarray:
+        """The maxima's sortable keys, once they are known to belong to `logits` and hold no NaN."""
+        if logits.size != self.chunks.vocab or self.values.dtype != logits.dtype:
+            raise RequestError(f"chunk maxima ({self.values.dtype}) of a row of {self.chunks.vocab} logits given "
+                               f"with a row of {logits.size} ({logits.dtype})")
+        keys = _sortable_keys(self.values)
+        if keys.max() > _INF_KEY[self.values.dtype]:
             raise RequestError("logits contain NaN: the model produced invalid values (check the weights and dtype)")
+        return keys
 
 
 def reference_next_token(cfg: SamplingConfig, rng: np.random.Generator, logits: np.ndarray) -> int:
-    """The plain definition of TokenSampler.next_token (whole-vocabulary float64 softmax, full stable sort): what
-    the fast path must equal, kept for the tests and for reading."""
+    """The plain definition of TokenSampler.next_token over the whole vocabulary (draw.py's weights, nucleus and
+    draw, with the logits top-k drops weighing 0): what the fast path must equal, kept for the tests and for
+    reading."""
     logits = np.asarray(logits)
     if cfg.greedy:
         return int(np.argmax(logits.astype(np.float64)))
-    x = logits.astype(np.float64) / cfg.temperature
-    kept = np.ones(x.size, bool)
-    if 0 < cfg.top_k < x.size:
-        kept = x >= np.partition(x, -cfg.top_k)[-cfg.top_k]
-        x = np.where(kept, x, -np.inf)
-    probs = np.exp(x - x.max())
-    probs /= probs[kept].sum()  # the kept terms, in vocabulary order
+    kept = np.ones(logits.size, bool)
+    if 0 < cfg.top_k < logits.size:
+        kept = logits >= np.partition(logits, -cfg.top_k)[-cfg.top_k]
+    x = logits.astype(np.float32)
+    if cfg.temperature != 1.0:
+        x = x / np.float32(cfg.temperature)
+    weights = exp_weights(np.where(kept, x - x[kept].max(), -np.inf))
     if cfg.top_p < 1.0:
-        order = np.argsort(-probs, kind="stable")
-        keep = order[: int(np.searchsorted(np.cumsum(probs[order]), cfg.top_p)) + 1]
-        nucleus = np.zeros_like(probs)
-        nucleus[keep] = probs[keep]
-        probs = nucleus
-    cdf = np.cumsum(probs)
+        target = np.float32(cfg.top_p) * lane_sum(weights[kept])  # the kept terms, in vocabulary order
+        order = np.argsort(-weights, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(weights[order]), target)) + 1]
+        weights = np.where(np.isin(np.arange(logits.size), keep), weights, np.float32(0))
+    cdf = np.cumsum(weights)
     last_possible = np.searchsorted(cdf, cdf[-1])  # guards against u * total rounding up to total
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), last_possible))
+    threshold = rng.random() * float(cdf[-1])  # in float64, as are the comparisons
+    return int(min(np.searchsorted(cdf.astype(np.float64), threshold, side="right"), last_possible))
 
 
 _KEY_TYPES = {np.dtype(np.float16): np.int16, np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
@@ -278,20 +273,6 @@ def _top_k_candidates(keys: np.ndarray, k: int) -> tuple:
             kth = np.partition(values, values.size - k)[values.size - k]
             return kth, passing[values >= kth]
         step *= 4
-
-
-def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Positions (into probs) of the smallest set of most probable entries whose cumulative probability reaches
-    top_p, most probable first, ties by position: the prefix of the stable descending sort of all probs, found by
-    sorting only the entries above a threshold that is lowered until their cumulative sum reaches top_p."""
-    threshold = probs.max() * 2.0 ** -8
-    while True:
-        above = np.flatnonzero(probs >= threshold)
-        order = above[np.argsort(-probs[above], kind="stable")]
-        cumulative = np.cumsum(probs[order])
-        if cumulative[-1] >= top_p or above.size == probs.size or threshold == 0.0:
-            return order[: int(np.searchsorted(cumulative, top_p)) + 1]
-        threshold = threshold * 2.0 ** -8 if threshold > 1e-300 else 0.0
 
 
 def validate_prompt(prompt_ids: list[int], cfg: SamplingConfig, *, vocab_size: int, context: int,

@@ -68,8 +68,11 @@ def choose(parts: list, chunks, sampler) -> tuple[int, np.ndarray, float, float]
     cards left for it, (logits slice, its chunk maxima) per card (`chunks`: the sampling.LogitChunks they cut),
     timed as CPU time of this thread."""
     started = time.thread_time()
-    row = np.concatenate([logits for logits, _ in parts])
-    maxima = chunks.maxima(np.concatenate([m for _, m in parts]))
+    if len(parts) == 1:  # one card: its slice is the row
+        row, maxima = parts[0][0], chunks.maxima(parts[0][1])
+    else:
+        row = np.concatenate([logits for logits, _ in parts])
+        maxima = chunks.maxima(np.concatenate([m for _, m in parts]))
     joined = time.thread_time()
     token = sampler.next_token(row, maxima)
     return token, row, joined - started, time.thread_time() - joined
@@ -96,8 +99,9 @@ def logit_chunks(entries: list, vocab: int):
 def measure_host_stages(rows: np.ndarray, sampling, entries: list, repeats: int = 5) -> TokenHostCost:
     """Conversion and sampling of `rows` (FP16 logits, one row per token) with `sampling`, the vocabulary split
     and chunk maxima as an image's cards leave them (`entries`: its meta["host"]["logits"]; the maxima computed
-    as the cards' VMAX computes them), the median over rows x repeats: for figures where the device run is
-    timing-only (its logits are zeros) and representative logits come from elsewhere."""
+    as the cards' VMAX computes them), the median over rows x repeats after one pass to warm up, each row handed
+    over as a fresh copy (as the back ends' read_host returns it): for figures where the device run is timing-only (its logits are zeros)
+    and representative logits come from elsewhere."""
     from ringgpt.hw import numerics
     from ringgpt.host.reference.sampling import TokenSampler
 
@@ -115,10 +119,12 @@ def measure_host_stages(rows: np.ndarray, sampling, entries: list, repeats: int 
         read_back.append(parts)
     conversion, sampling_s = [], []
     sampler = TokenSampler(sampling)
-    for _ in range(repeats):
+    for repeat in range(repeats + 1):  # the first pass warms up, untimed
         for parts in read_back:
-            _, _, conv, samp = choose(parts, chunks, sampler)
-            conversion.append(conv)
-            sampling_s.append(samp)
+            # fresh copies, as read_host leaves them: the read-back (modeled) has just written them
+            _, _, conv, samp = choose([(logits.copy(), maxima.copy()) for logits, maxima in parts], chunks, sampler)
+            if repeat:
+                conversion.append(conv)
+                sampling_s.append(samp)
     return TokenHostCost(float(np.median(conversion)), float(np.median(sampling_s)),
                          tuple(2 * (at + n) for _, _, _, at, n in slices), (2,) * len(slices))
