@@ -176,7 +176,7 @@ def test_chunk_maxima_report_nan_and_bad_chunks():
     logits = np.random.default_rng(0).standard_normal(300).astype(np.float16)
     logits[200] = np.nan
     hint = card_chunk_maxima(logits, [(0, 300)], 64)
-    for cfg in (SamplingConfig(), SamplingConfig(greedy=False, top_k=2)):
+    for cfg in (SamplingConfig(), SamplingConfig(greedy=False, top_k=2), SamplingConfig(greedy=False, top_p=0.9)):
         with pytest.raises(RequestError, match="NaN"):
             TokenSampler(cfg).next_token(logits, hint)
     with pytest.raises(RequestError, match="a row of 300 logits given with a row of 100"):

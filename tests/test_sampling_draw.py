@@ -103,7 +103,8 @@ def test_nucleus_reaching_below_near(kernel, dtype):
 
 
 def test_undefined_weights(kernel):
-    for values in (np.float32([1.0, np.inf, 0.0]), np.full(40, -np.inf, np.float16)):
+    for values in (np.float32([1.0, np.inf, 0.0]), np.full(40, -np.inf, np.float16), np.float32([0.0, np.nan, 1.0]),
+                   np.append(np.zeros(40, np.float16), np.float16(np.nan))):
         assert D.draw(values, 1.0, 0.9, 0.5) == D.NOT_FINITE == D.draw_plain(values, 1.0, 0.9, 0.5)
 
 
@@ -111,3 +112,15 @@ def test_strided_and_other_dtypes_take_the_definition(kernel):
     values = np.random.default_rng(3).standard_normal(2000)
     for row in (values.astype(np.float16)[::2], values, values.astype(np.float32)[::3]):
         assert D.draw(row, 0.8, 0.9, 0.3) == D.draw_plain(row, 0.8, 0.9, 0.3)
+
+
+def test_sampler_without_the_kernel(monkeypatch):
+    """Where no C compiler is there the numpy definition draws: the same tokens as the whole-vocabulary one."""
+    from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler, reference_next_token
+    monkeypatch.setattr(D, "_tried", True)
+    monkeypatch.setattr(D, "_kernel", None)
+    logits = (np.random.default_rng(6).standard_normal(3000) * 3).astype(np.float16)
+    for cfg in (SamplingConfig(greedy=False, top_p=0.9), SamplingConfig(greedy=False, top_k=40, temperature=0.7)):
+        sampler, rng = TokenSampler(cfg), np.random.default_rng(cfg.seed)
+        assert [sampler.next_token(logits) for _ in range(5)] == [reference_next_token(cfg, rng, logits)
+                                                                  for _ in range(5)]

@@ -44,7 +44,7 @@ LANES = 16
 NEAR = np.float32(2.0 ** -16)
 """The kernel finds the weights >= NEAR (of the largest, 1) while weighing: the nucleus is looked for there first."""
 NOT_FINITE = -1
-"""What draw returns when max x is not finite (a +Inf logit, or all -Inf): the weights are undefined."""
+"""What draw returns when max x is not finite (a NaN or +Inf logit, or all -Inf): the weights are undefined."""
 
 
 def exp_weights(d: np.ndarray) -> np.ndarray:
@@ -110,7 +110,8 @@ typedef int vi __attribute__((vector_size(4 * LANES)));
 typedef float vf_u __attribute__((vector_size(4 * LANES), aligned(4)));
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE vf vmax(vf a, vf b) { vi m = a > b; return (vf)(((vi)a & m) | ((vi)b & ~m)); }
+/* The larger of a and b, NaN where either is NaN (as numpy's max) */
+INLINE vf vmax(vf a, vf b) { vi m = (a > b) | (a != a); return (vf)(((vi)a & m) | ((vi)b & ~m)); }
 
 INLINE vf exp_weights(vf d) {
     vi live = d >= FLUSH;
@@ -155,7 +156,7 @@ static long weigh(float *x, long n, float *top_out, float *total, unsigned long 
     top = pad;
     for (long i = 0; i < full; i += LANES) top = vmax(top, *(vf_u *)(x + i));
     float best = top[0];
-    for (int j = 1; j < LANES; j++) best = top[j] > best ? top[j] : best;
+    for (int j = 1; j < LANES; j++) best = top[j] > best || top[j] != top[j] ? top[j] : best;
     *top_out = best;
     vf acc = {};
     long count = 0;

@@ -101,8 +101,8 @@ class TokenSampler:
             candidates = chunk_maxima.top_k_candidates(logits, k)
             if candidates is not None and cfg.greedy:
                 return int(candidates[0])
-        elif chunk_maxima is not None and not cfg.greedy:  # no top-k: the maxima only stand in for the NaN check
-            chunk_maxima.check(logits)
+        elif chunk_maxima is not None and not cfg.greedy:  # no top-k: the draw itself refuses NaN
+            chunk_maxima.check(logits, nan=False)
             return self._draw(logits, None)
         if candidates is None:
             candidates = self._whole_row_candidates(logits)
@@ -136,8 +136,8 @@ class TokenSampler:
         chosen = draw(logits if candidates is None else logits[candidates], cfg.temperature, cfg.top_p,
                       self._rng.random())
         if chosen == NOT_FINITE:
-            raise RequestError("logits contain +Inf or are all -Inf: the softmax that sampling draws from is undefined "
-                               "(greedy decoding takes the first largest)")
+            raise RequestError("logits contain NaN or +Inf, or are all -Inf: the softmax that sampling draws from is "
+                               "undefined (check the weights and dtype; greedy decoding takes the first largest)")
         return int(chosen if candidates is None else candidates[chosen])
 
 
@@ -197,11 +197,13 @@ class ChunkMaxima:
         kept = positions[row_keys >= kth]
         return None if logits[positions[int(np.argmax(row_keys == kth))]] == 0 else kept
 
-    def check(self, logits: np.ndarray) -> np.ndarray:
-        """The maxima's sortable keys, once they are known to belong to `logits` and hold no NaN."""
+    def check(self, logits: np.ndarray, nan: bool = True):
+        """The maxima's sortable keys, once they are known to belong to `logits` and (with `nan`) hold no NaN."""
         if logits.size != self.chunks.vocab or self.values.dtype != logits.dtype:
             raise RequestError(f"chunk maxima ({self.values.dtype}) of a row of {self.chunks.vocab} logits given "
                                f"with a row of {logits.size} ({logits.dtype})")
+        if not nan:
+            return None
         keys = _sortable_keys(self.values)
         if keys.max() > _INF_KEY[self.values.dtype]:
             raise RequestError("logits contain NaN: the model produced invalid values (check the weights and dtype)")
