@@ -150,7 +150,6 @@ def short_programs(config: ArchConfig, simulator: str) -> list:
     rows = []
     try:
         rtl.load(image)
-        rtl.run(0, 1)   # the tail alone first: a first run after loading whose pc 0 is a NOP does not start
         for card in range(config.cards):
             rtl.write_host(card, 0, GATHER_INDICES)
         for name, lines in chosen.items():

@@ -78,14 +78,16 @@ def test_faults_end_with_a_readable_error(fault, sim):
 
 
 def _hazard_program(config) -> list:
-    """Pairs of instructions on different units where the second must wait for the first (RAW, WAR, WAW through
-    ABUF, WBUF, HBM and the host buffer), then ABUF's first 1,024 words stored to the host buffer."""
+    """A NOP first (the value the controller's head register holds before the first word: a run used to stall on it
+    under Icarus), then pairs of instructions on different units where the second must wait for the first (RAW, WAR,
+    WAW through ABUF, WBUF, HBM and the host buffer), then ABUF's first 1,024 words stored to the host buffer."""
     def space(kind, offset):
         return Operand(kind, 0, offset)
     a, w, h, host = (lambda o, s=s: space(s, o) for s in (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST))
     row = {"rows": Dim(0, 1)}
     make = Instruction.make
     return [
+        make(Opcode.NOP),
         make(Opcode.LOAD, dst=a(0), src1=h(0), n=Dim(0, 64), **row),                        # RAW DMA -> vector
         make(Opcode.VADD, dst=a(100), src1=a(0), src2=a(0), n=Dim(0, 64), **row),
         make(Opcode.LOAD, dst=w(0), src1=h(64), rows=Dim(0, 8), n=Dim(0, 64), src1_stride=64, dst_stride=64),

@@ -182,8 +182,11 @@ class Controller(wiring.Component):
         with m.If(self.busy & ~running & ~stop & board.idle):
             m.d.sync += [self.busy.eq(0), self.done.eq(1)]
         with m.If(self.start & ~self.busy):
+            # head: all ones until the first word (ignored, head_valid is 0), so that the first word changes it even
+            # when it is a NOP (all zeros, the reset value): Icarus (-g2012) runs a combinational block only when
+            # one of its inputs changes, and the decode of an unchanged head would stay X
             m.d.sync += [regs.eq(0), regs[HOST_POS_REG].eq(self.pos), regs[HOST_ROWS_REG].eq(self.rows),
-                         self.busy.eq(1), self.done.eq(0), running.eq(1), head_valid.eq(0), self.pc.eq(0),
+                         head.eq(-1), self.busy.eq(1), self.done.eq(0), running.eq(1), head_valid.eq(0), self.pc.eq(0),
                          self.error.eq(ErrorCode.NONE), self.error_pc.eq(0), self.cycles.eq(0)]
             m.d.sync += [getattr(self, f"busy_{u.name.lower()}").eq(0) for u in self.units]
             m.d.comb += self.fetch.start.eq(1)
