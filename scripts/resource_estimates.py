@@ -105,8 +105,8 @@ def synthesise(component, workdir: Path) -> dict[str, int]:
 
 U280_LIMITS = {"LUT": 1_304_000, "FF": 2_607_000, "DSP": 9_024, "BRAM36": 2_016, "URAM": 960}
 """The Alveo U280's (XCU280) resources."""
-URAM_WORDS, BRAM36_WORDS = 4096, 2048
-"""Depth of one URAM288 (4K x 72) and one RAMB36 (2K x 18) holding one 16-bit memory column."""
+URAM_ROWS, BRAM36_ROWS = 4096, 512
+"""Rows of one URAM288 (4K x 72) and one RAMB36 in its widest mode (512 x 72)."""
 
 
 def _figures(cells: dict) -> dict:
@@ -139,10 +139,10 @@ def unit_parts(cfg) -> dict:
 
 def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
-    hw/core/buffers.py: every port its own memory port)."""
-    from ringgpt.hw.core.buffers import WBUF_BANKS, buffer_banks
+    hw/core/buffers.py: `banks` memories of `chunk`-word rows, every port its own memory port)."""
+    from ringgpt.hw.core.buffers import buffer_geometry
     from ringgpt.hw.core.core import UNIT_CLASSES
-    from ringgpt.hw.core.interfaces import ReadPort
+    from ringgpt.hw.core.interfaces import WORD, ReadPort
     from ringgpt.hw.isa import Space
     ports = {}
     for name, cls in UNIT_CLASSES.items():
@@ -150,22 +150,19 @@ def buffer_estimate(cfg) -> dict:
         unit._MustUse__silence = True
         ports.update({f"{name}.{port}": spec for port, spec in unit.buffer_ports.items()})
     out = {}
-    for space, words, segments in ((Space.ABUF, cfg.abuf_words, 1), (Space.WBUF, cfg.wbuf_words, WBUF_BANKS)):
+    for space, words in ((Space.ABUF, cfg.abuf_words), (Space.WBUF, cfg.wbuf_words)):
         mine = {name: sig for name, (sp, sig) in ports.items() if sp == space}
-        banks = buffer_banks(cfg, space, ports)
-        depth = words // (banks * segments)
+        chunk, banks = buffer_geometry(cfg, space, ports)
+        depth = -(-words // chunk // banks)
         reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
         writes = sorted(name for name, sig in mine.items() if not isinstance(sig, ReadPort))
-        memories = banks * segments
-        per_copy = {"URAM": memories * -(-depth // URAM_WORDS), "BRAM36": memories * -(-depth // BRAM36_WORDS),
-                    # four 16-bit bank columns side by side in one 72-bit URAM row (needs equal row addresses:
-                    # aligned accesses only, which the interleaved ports do not promise)
-                    "URAM_packed": -(-memories // 4) * -(-depth // URAM_WORDS)}
-        out[space.name] = {"words": words, "banks": banks, "segments": segments, "depth": depth,
-                           "memories_per_copy": memories, "read_ports": reads, "write_ports": writes,
+        # a memory of chunk x 16-bit rows: URAM288 columns of 72 bits x 4,096 rows, or RAMB36 of 72 x 512
+        columns = -(-chunk * WORD // 72)
+        per_copy = {"URAM": banks * columns * -(-depth // URAM_ROWS), "BRAM36": banks * columns * -(-depth // BRAM36_ROWS)}
+        out[space.name] = {"words": words, "chunk": chunk, "banks": banks, "depth": depth,
+                           "read_ports": reads, "write_ports": writes,
                            "copies": len(reads), "URAM_per_copy": per_copy["URAM"], "BRAM36_per_copy": per_copy["BRAM36"],
-                           "URAM": len(reads) * per_copy["URAM"], "BRAM36_if_no_URAM": len(reads) * per_copy["BRAM36"],
-                           "URAM_packed_per_copy": per_copy["URAM_packed"]}
+                           "URAM": len(reads) * per_copy["URAM"], "BRAM36_if_no_URAM": len(reads) * per_copy["BRAM36"]}
     return out
 
 
@@ -234,7 +231,7 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
         print(f"{name:40}" + "".join(f"{round(row.get(k, 0)):>12,}" for k in U280_LIMITS))
     print("percent of U280" + " " * 25 + "".join(f"{100 * total.get(k, 0) / U280_LIMITS[k]:>11.0f}%" for k in U280_LIMITS))
     for name, b in buffers.items():
-        print(f"{name}: {b['words']} words, {b['segments']} x {b['banks']} memories of {b['depth']} x 16 bits per copy "
+        print(f"{name}: {b['words']} words, {b['banks']} memories of {b['depth']} x {b['chunk']} words per copy "
               f"({b['URAM_per_copy']} URAM or {b['BRAM36_per_copy']} RAMB36), {b['copies']} read ports = copies, "
               f"{len(b['write_ports'])} write ports")
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -192,11 +192,16 @@ static long heapify(unsigned long long *heap, long count) {
     return count;
 }
 
+/* x = the n values (FP16 when fp16, else float32) in float32, divided by the temperature, into w. */
+static void scaled(const void *values, int fp16, long n, float temperature, float *w) {
+    if (fp16) convert((const uint16_t *)values, w, n); else memcpy(w, values, n * sizeof(float));
+    if (temperature != 1.0f) for (long i = 0; i < n; i++) w[i] = w[i] / temperature;
+}
+
 /* The weights of n values into w, out[0] = max x, out[1] = their total (what the draw works from). */
 void row_weights(const void *values, int fp16, long n, float temperature, float *w, float *out,
                  unsigned long long *keys) {
-    if (fp16) convert((const uint16_t *)values, w, n); else memcpy(w, values, n * sizeof(float));
-    if (temperature != 1.0f) for (long i = 0; i < n; i++) w[i] = w[i] / temperature;
+    scaled(values, fp16, n, temperature, w);
     weigh(w, n, out, out + 1, keys);
 }
 
@@ -205,8 +210,7 @@ void row_weights(const void *values, int fp16, long n, float temperature, float 
 long draw(const void *values, int fp16, long n, float temperature, float top_p, double u,
           float *w, int *kept, unsigned long long *heap) {
     float top, total;
-    if (fp16) convert((const uint16_t *)values, w, n); else memcpy(w, values, n * sizeof(float));
-    if (temperature != 1.0f) for (long i = 0; i < n; i++) w[i] = w[i] / temperature;
+    scaled(values, fp16, n, temperature, w);
     long found = weigh(w, n, &top, &total, heap);
     if (!isfinite(top)) return NOT_FINITE;
     long count = n;  /* the kept positions: all, or the nucleus in kept[] */

@@ -7,7 +7,7 @@
 * `Completion`: the unit's answer: a one-cycle `done` pulse, an `ErrorCode` and the cycles the unit
   was busy with the instruction (from accepting it to `done`).
 * `ReadPort(words)` / `WritePort(words)`: a buffer port `words` FP16 words wide at any word address
-  (the buffers rotate the interleaved banks; see `buffers.py`). Reads return data one cycle after the
+  (the buffers shift the words of two chunk rows into place; see `buffers.py`). Reads return data one cycle after the
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Bank conflicts of the matrix unit's weight reads under candidate buffer bankings, over compiled GPT-2 programs.
+
+    python scripts/bank_conflicts.py [--json out/bank_conflicts.json]
+
+Today every port of the buffers is a memory port of its own (hw/core/buffers.py), which does not fit the
+U280 (docs/rtl-core.md, "Resources"). The next step reads the matrix unit's mpu_lanes weight tiles through
+one read port per bank: lane l of beat (row, column group g, tile t) reads the words [a, a + w) with
+a = src2 + (g * lanes + l) * src2_stride + t * mac_width and w = min(mac_width, k - t * mac_width), which touch
+one or two chunks; a bank delivers one chunk per cycle, so the beat takes as many cycles as the busiest bank
+has distinct chunks. This script counts those cycles for every MATMUL and MASKED_QK of the u280 programs the
+benchmark times (decode at position 128, and a 128-token prompt), under three bankings of 64-word chunks:
+
+* `pow2`:  bank = c mod 16 (hw/core/buffers.py today);
+* `skew`:  bank = (c + c div 16) mod 16 (skewed storage);
+* `prime`: bank = c mod 17 (17 banks, the row c div 17 a constant division per port).
+
+It prints, per program, the matrix unit's busy cycles (sim/cycle_model.instruction_cost) and the extra cycles
+each banking adds, with the compiler's layouts as they are (weights column-major at stride k in WBUF slots,
+keys at their stride, V^T at the maximum context).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import GPT2LMHeadModel
+
+from ringgpt.host.compiler import compile_model
+from ringgpt.host.reference.models import synthetic_config
+from ringgpt.hw.config import get_config
+from ringgpt.hw.isa import OPCODES, Unit
+from ringgpt.hw.resolved import resolve_run, with_gather_slices
+from ringgpt.sim.cycle_model import instruction_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = (("gpt2", 1), ("gpt2-355m", 1), ("gpt2-774m", 2), ("gpt2-1.5b", 4))
+RUNS = {"decode at 128": (128, 1), "prompt of 128": (0, 128)}
+SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) % 16), "prime": (17, lambda c: c % 17)}
+CHUNK = 64
+MAX_CONTEXT = 1024
+
+
+def beat_cycles(base: int, stride: int, n: int, k: int, lanes: int, width: int, banks: int, bank_of) -> np.ndarray:
+    """Cycles of each beat (column group g, tile t) of one weight read: the busiest bank's distinct chunks."""
+    groups, tiles = -(-n // lanes), -(-k // width)
+    g, t, lane = np.meshgrid(np.arange(groups), np.arange(tiles), np.arange(lanes), indexing="ij")
+    column = g * lanes + lane
+    start = base + column * stride + t * width
+    words = np.minimum(width, k - t * width)
+    first, last = start // CHUNK, (start + words - 1) // CHUNK
+    valid = column < n
+    chunks = np.stack([np.where(valid, first, -1), np.where(valid & (last != first), last, -1)], axis=-1)
+    chunks = np.sort(chunks.reshape(groups, tiles, -1), axis=-1)
+    distinct = (chunks >= 0) & np.concatenate([np.ones_like(chunks[..., :1], bool), chunks[..., 1:] != chunks[..., :-1]],
+                                              axis=-1)
+    bank = np.where(distinct, bank_of(np.maximum(chunks, 0)), banks)
+    per_bank = np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1)
+    return np.maximum(per_bank.max(axis=-1), 1)
+
+
+def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:
+    with torch.device("meta"):
+        model = GPT2LMHeadModel(synthetic_config(name))
+    cfg = get_config("u280", cards)
+    image = compile_model(model, cfg, MAX_CONTEXT)
+    runs = with_gather_slices([resolve_run(card.program.instructions, c, pos, rows) for c, card in enumerate(image.cards)])
+    out = {"matrix_cycles": 0, **{scheme: 0 for scheme in SCHEMES}}
+    cache: dict = {}
+    for r in runs[0]:                                   # card 0; the cards' programs have the same shapes
+        if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
+            continue
+        out["matrix_cycles"] += instruction_cost(r, cfg).cycles
+        key = (r.src2[1] % (17 * 16 * CHUNK), r.src2_stride, r.n, r.k)
+        if key not in cache:
+            cache[key] = {scheme: int((beat_cycles(r.src2[1], r.src2_stride, r.n, r.k, cfg.mpu_lanes, cfg.mac_width,
+                                                   banks, bank_of) - 1).sum())
+                          for scheme, (banks, bank_of) in SCHEMES.items()}
+        for scheme, extra in cache[key].items():
+            out[scheme] += r.rows * extra
+    out["clock_mhz"] = cfg.clock_mhz
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=ROOT / "out" / "bank_conflicts.json")
+    args = parser.parse_args(argv)
+    report = {}
+    print(f"{'program':34}{'matrix cycles':>15}" + "".join(f"{s + ' extra':>16}" for s in SCHEMES))
+    for name, cards in CASES:
+        for run, (pos, rows) in RUNS.items():
+            label = f"{name} x{cards}, {run}"
+            f = report[label] = program_figures(name, cards, pos, rows)
+            print(f"{label:34}{f['matrix_cycles']:>15,}"
+                  + "".join(f"{f[s]:>9,} ({100 * f[s] / f['matrix_cycles']:>3.0f}%)" for s in SCHEMES), flush=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
