@@ -32,6 +32,10 @@ def _power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+def _pow2_at_least(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class ArchConfig:
     """One compute core per card, and the ring of `cards` cards around them.
@@ -120,6 +124,8 @@ class ArchConfig:
                 f"weight tile, got {self.wbuf_words}")
         require(self.abuf_words >= 4 * self.vector_width, f"abuf_words too small: {self.abuf_words}")
         require(self.abuf_words < 2 ** 32 and self.wbuf_words < 2 ** 32, "on-chip buffers must be addressable in 32 bits")
+        require(self.abuf_words % self.buffer_chunk_words == 0 and self.wbuf_words % self.buffer_chunk_words == 0,
+                f"abuf_words and wbuf_words must be multiples of the buffers' {self.buffer_chunk_words}-word rows")
         require(self.hbm_words <= 2 ** 32, "HBM must be addressable in 32-bit word addresses")
         require(self.ring_link_gbps > 0 and self.host_link_gbps > 0, "link bandwidths must be positive")
         require(self.queue_depth >= 1, "queue_depth must be at least 1")
@@ -138,6 +144,22 @@ class ArchConfig:
     @property
     def macs_per_cycle(self) -> int:
         return self.mpu_lanes * self.mac_width
+
+    @property
+    def buffer_chunk_words(self) -> int:
+        """Words in one row of the on-chip buffers' memories: the widest port of any unit (mac_width,
+        vector_width, an HBM beat), a power of two (hw/core/buffers.py)."""
+        return max(self.mac_width, self.vector_width, _pow2_at_least(self.hbm_port_bits // 16))
+
+    @property
+    def buffer_banks(self) -> int:
+        """Memories of each on-chip buffer, chunk c in memory c mod buffer_banks: the smallest prime above
+        mpu_lanes, so the matrix unit's lanes read weight rows at most strides from distinct memories
+        (hw/core/buffers.py)."""
+        banks = max(2, self.mpu_lanes + 1)
+        while any(banks % d == 0 for d in range(2, int(banks ** 0.5) + 1)):
+            banks += 1
+        return banks
 
     @property
     def wbuf_bank_words(self) -> int:

@@ -3,21 +3,21 @@
 
     python scripts/bank_conflicts.py [--json out/bank_conflicts.json]
 
-Today every port of the buffers is a memory port of its own (hw/core/buffers.py), which does not fit the
-U280 (docs/rtl-core.md, "Resources"). The next step reads the matrix unit's mpu_lanes weight tiles through
-one read port per bank: lane l of beat (row, column group g, tile t) reads the words [a, a + w) with
-a = src2 + (g * lanes + l) * src2_stride + t * mac_width and w = min(mac_width, k - t * mac_width), which touch
-one or two chunks; a bank delivers one chunk per cycle, so the beat takes as many cycles as the busiest bank
-has distinct chunks. This script counts those cycles for every MATMUL and MASKED_QK of the u280 programs the
-benchmark times (decode at position 128, and a 128-token prompt), under three bankings of 64-word chunks:
+The matrix unit reads its mpu_lanes weight tiles through one read port per buffer memory (hw/core/buffers.py,
+TileReadPort): lane l of beat (row, column group g, tile t) reads mac_width words from
+src2 + (g * lanes + l) * src2_stride + t * mac_width, one or two 64-word chunks; a memory delivers one chunk per
+cycle, so the beat takes as many cycles as the busiest memory holds distinct chunks (tile_read_cycles), and the
+unit stalls for the rest. This script counts the stalls of every MATMUL and MASKED_QK of the u280 programs the
+benchmark times (decode at position 128, and a 128-token prompt) under three bankings:
 
-* `pow2`:  bank = c mod 16 (hw/core/buffers.py today);
+* `pow2`:  bank = c mod 16;
 * `skew`:  bank = (c + c div 16) mod 16 (skewed storage);
-* `prime`: bank = c mod 17 (17 banks, the row c div 17 a constant division per port).
+* `prime`: bank = c mod 17 (what hw/core/buffers.py builds: ArchConfig.buffer_banks, the smallest prime above
+  mpu_lanes; its stalls are what the cycle model charges).
 
-It prints, per program, the matrix unit's busy cycles (sim/cycle_model.instruction_cost) and the extra cycles
-each banking adds, with the compiler's layouts as they are (weights column-major at stride k in WBUF slots,
-keys at their stride, V^T at the maximum context).
+It prints, per program, the matrix unit's busy cycles (sim/cycle_model.instruction_cost, with the `prime` stalls)
+and the stall cycles each banking would add, with the compiler's layouts as they are (weights column-major at
+stride k in WBUF slots, keys at their stride, V^T at the maximum context).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from transformers import GPT2LMHeadModel
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import synthetic_config
 from ringgpt.hw.config import get_config
+from ringgpt.hw.core.buffers import tile_read_cycles
 from ringgpt.hw.isa import OPCODES, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
 from ringgpt.sim.cycle_model import instruction_cost
@@ -45,21 +46,10 @@ MAX_CONTEXT = 1024
 
 
 def beat_cycles(base: int, stride: int, n: int, k: int, lanes: int, width: int, banks: int, bank_of) -> np.ndarray:
-    """Cycles of each beat (column group g, tile t) of one weight read: the busiest bank's distinct chunks."""
-    groups, tiles = -(-n // lanes), -(-k // width)
-    g, t, lane = np.meshgrid(np.arange(groups), np.arange(tiles), np.arange(lanes), indexing="ij")
+    """Cycles of each beat (column group g, tile t) of one weight read (hw/core/buffers.py tile_read_cycles)."""
+    g, t, lane = np.meshgrid(np.arange(-(-n // lanes)), np.arange(-(-k // width)), np.arange(lanes), indexing="ij")
     column = g * lanes + lane
-    start = base + column * stride + t * width
-    words = np.minimum(width, k - t * width)
-    first, last = start // CHUNK, (start + words - 1) // CHUNK
-    valid = column < n
-    chunks = np.stack([np.where(valid, first, -1), np.where(valid & (last != first), last, -1)], axis=-1)
-    chunks = np.sort(chunks.reshape(groups, tiles, -1), axis=-1)
-    distinct = (chunks >= 0) & np.concatenate([np.ones_like(chunks[..., :1], bool), chunks[..., 1:] != chunks[..., :-1]],
-                                              axis=-1)
-    bank = np.where(distinct, bank_of(np.maximum(chunks, 0)), banks)
-    per_bank = np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1)
-    return np.maximum(per_bank.max(axis=-1), 1)
+    return tile_read_cycles(base + column * stride + t * width, column < n, width, CHUNK, banks, bank_of)
 
 
 def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:

@@ -139,25 +139,25 @@ def unit_parts(cfg) -> dict:
 
 def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
-    hw/core/buffers.py: `banks` memories of `chunk`-word rows, every port its own memory port)."""
-    from ringgpt.hw.core.buffers import buffer_geometry
+    hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; every read port is a memory
+    read port of its own, so a copy of the buffer, a tile port one read port per memory)."""
     from ringgpt.hw.core.core import UNIT_CLASSES
-    from ringgpt.hw.core.interfaces import WORD, ReadPort
+    from ringgpt.hw.core.interfaces import WORD, ReadPort, TileReadPort, WritePort
     from ringgpt.hw.isa import Space
     ports = {}
     for name, cls in UNIT_CLASSES.items():
         unit = cls(cfg)
         unit._MustUse__silence = True
         ports.update({f"{name}.{port}": spec for port, spec in unit.buffer_ports.items()})
+    chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
+    # a memory of chunk x 16-bit rows: URAM288 columns of 72 bits x 4,096 rows, or RAMB36 of 72 x 512
+    columns = -(-chunk * WORD // 72)
     out = {}
     for space, words in ((Space.ABUF, cfg.abuf_words), (Space.WBUF, cfg.wbuf_words)):
         mine = {name: sig for name, (sp, sig) in ports.items() if sp == space}
-        chunk, banks = buffer_geometry(cfg, space, ports)
         depth = -(-words // chunk // banks)
-        reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
-        writes = sorted(name for name, sig in mine.items() if not isinstance(sig, ReadPort))
-        # a memory of chunk x 16-bit rows: URAM288 columns of 72 bits x 4,096 rows, or RAMB36 of 72 x 512
-        columns = -(-chunk * WORD // 72)
+        reads = sorted(name for name, sig in mine.items() if isinstance(sig, (ReadPort, TileReadPort)))
+        writes = sorted(name for name, sig in mine.items() if isinstance(sig, WritePort))
         per_copy = {"URAM": banks * columns * -(-depth // URAM_ROWS), "BRAM36": banks * columns * -(-depth // BRAM36_ROWS)}
         out[space.name] = {"words": words, "chunk": chunk, "banks": banks, "depth": depth,
                            "read_ports": reads, "write_ports": writes,

@@ -45,6 +45,12 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
     # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks
     (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 26, 0, 0, 0), "vector"),
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=24), (Unit.MATRIX, 4 + 2 * 5 + 1 + 41, 0, 0, 0), "matrix"),
+    # weight rows 5 chunks apart (a multiple of the 5 buffer memories): a beat's 4 lanes read 4 chunks of one
+    # memory, 3 stalls a beat, 2 beats; rows 12 words apart: chunks 0, 1-2, 3, 4-5, memory 0 twice, 1 stall a beat
+    (Resolved(Opcode.MATMUL, rows=1, n=8, k=8, src2=(Space.WBUF, 80), src2_stride=40),
+     (Unit.MATRIX, 4 + 2 + 2 * 3 + 41, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
+     (Unit.MATRIX, 4 + 2 + 2 * 1 + 41, 0, 0, 0), "matrix"),
     # DMA off chip (tests/test_hbm_model.py has one test per effect): the RTL unit's count, accept, check,
     # drain-detect, done (4) + the first job (1) + first beat to last + the request (3), latency (32) and write
     # register (1), the latency now unit time. 4 rows of 100 words all at word 0: 4 bursts of 224 B on channel 0,
@@ -321,3 +327,19 @@ def test_costed_memo_is_keyed_by_the_instruction_object_and_the_config():
     assert remembered[0] is one and set(remembered[1]) == {id(r), id(halt)}
     schedule([[longer, halt]], one)
     assert set(cycle_model._COSTED[id(one)][1]) == {id(longer), id(halt)}
+
+
+@pytest.mark.parametrize("stride", [0, 64, 64 * 3, 64 * 17, 64 * 34, 768, 1600])
+def test_weight_stalls_shortcut_agrees_with_the_count(stride):
+    """Aligned weight rows take weight_stall_cycles' shortcut; it must equal tile_read_cycles over every beat."""
+    import numpy as np
+
+    from ringgpt.hw.core.buffers import tile_read_cycles
+    cfg = get_config("u280")
+    L, W, C, P = cfg.mpu_lanes, cfg.mac_width, cfg.buffer_chunk_words, cfg.buffer_banks
+    for n, k in ((16, 64), (37, 200), (100, 1)):
+        g, t, lane = np.meshgrid(np.arange(-(-n // L)), np.arange(-(-k // W)), np.arange(L), indexing="ij")
+        column = g * L + lane
+        counted = int((tile_read_cycles(128 + column * stride + t * W, column < n, W, C, P) - 1).sum())
+        assert cycle_model.weight_stall_cycles(128, stride, n, k, cfg) == counted
+    assert cycle_model.weight_stall_cycles(0, 64 * 17, 32, 64, cfg) == 2 * 15      # all 16 lanes in one memory

@@ -9,6 +9,8 @@
 * `ReadPort(words)` / `WritePort(words)`: a buffer port `words` FP16 words wide at any word address
   (the buffers shift the words of two chunk rows into place; see `buffers.py`). Reads return data one cycle after the
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
+* `TileReadPort(lanes, words)`: `lanes` reads at once through one memory port per bank, which may take
+  several cycles (`ready`); the matrix unit's weight tiles.
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from
 `isa.OPCODES`, so no field width, opcode number or space code is restated here.
@@ -102,6 +104,25 @@ class WritePort(wiring.Signature):
 
     def __repr__(self):
         return f"WritePort({self.words})"
+
+
+class TileReadPort(wiring.Signature):
+    """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
+    `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]`, READ_LATENCY after the cycle in which
+    `ready` is high. A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c
+    distinct chunks takes c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the
+    unit holds `addr` and `en` until it is high. With no lane enabled `ready` is high."""
+
+    def __init__(self, lanes: int, words: int):
+        self.lanes, self.words = lanes, words
+        super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "ready": In(1),
+                          "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
+
+    def __eq__(self, other):
+        return type(other) is TileReadPort and (other.lanes, other.words) == (self.lanes, self.words)
+
+    def __repr__(self):
+        return f"TileReadPort({self.lanes}, {self.words})"
 
 
 def latency_of(component) -> int:

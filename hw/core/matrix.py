@@ -13,11 +13,12 @@ walks *pairs* (row r, column group g of mpu_lanes columns), row-major, in *sets*
 set; so consecutive tiles of one sum are at least loop_latency beats apart and the accumulator never
 stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2 * loop_latency
 remain (so `contexts` = 2 * loop_latency - 1). Each beat reads one x tile (broadcast to all lanes) and
-one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k.
+one weight tile per lane (mpu_lanes x mac_width words from one buffer, through its TileReadPort), both
+zero-padded past k.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,7 +34,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, TileReadPort, WritePort, block_fits,
                          accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
@@ -56,9 +57,12 @@ class MatrixUnit(wiring.Component):
     Throughput: one beat per cycle = mpu_lanes x mac_width MACs; an instruction issues
     rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
     >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
-    Latency: `latency` cycles from a beat's issue to its result's write (read, MAC tree,
+    A beat reads its lanes' weight tiles through one TileReadPort (one read port per buffer memory); when
+    they need c > 1 cycles (buffers.tile_read_cycles) the whole unit is frozen for c - 1 cycles, the read
+    ports' data held. Latency: `latency` cycles from a beat's issue to its result's write (read, MAC tree,
     accumulator, bias, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles
-    (`Completion.cycles`) = `overhead` + beats + `latency` (+ `row_max_latency` for MASKED_QK).
+    (`Completion.cycles`) = `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK),
+    the stalls as sim/cycle_model.weight_stall_cycles counts them.
 
     Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
     `buffer_ports` (name -> (space, signature)).
@@ -85,7 +89,7 @@ class MatrixUnit(wiring.Component):
         ports = {"abuf_x": (Space.ABUF, ReadPort(W))}
         for space in (Space.ABUF, Space.WBUF):
             prefix = space.name.lower()
-            ports.update({f"{prefix}_w{lane}": (space, ReadPort(W)) for lane in range(L)})
+            ports[f"{prefix}_w"] = (space, TileReadPort(L, W))
             ports[f"{prefix}_bias"] = (space, ReadPort(L))
         ports["abuf_dst"] = (Space.ABUF, WritePort(L))
         ports["abuf_aux"] = (Space.ABUF, WritePort(1))
@@ -94,12 +98,31 @@ class MatrixUnit(wiring.Component):
                           **{name: Out(sig) for name, (space, sig) in ports.items()}})
 
     def elaborate(self, platform):
-        m = Module()
+        m = Module()        # the read ports' holding registers and the stall count: never frozen
+        core = Module()     # everything else: frozen while a weight tile takes more than one cycle
+        advance = Signal()
+        m.d.comb += advance.eq(self.abuf_w.ready & self.wbuf_w.ready)
+        advanced = Signal(init=1)
+        m.d.sync += advanced.eq(advance)
+
+        def seen(port, name):
+            """What the frozen logic sees of a read port: the data of its last read in a cycle that advanced."""
+            held, value = Signal(port.data.shape(), name=f"{name}_held"), Signal(port.data.shape(), name=f"{name}_seen")
+            m.d.comb += value.eq(Mux(advanced, port.data, held))
+            m.d.sync += held.eq(value)
+            return value
+        x_data, w_abuf, w_wbuf = seen(self.abuf_x, "x"), seen(self.abuf_w, "w_abuf"), seen(self.wbuf_w, "w_wbuf")
+        bias_abuf, bias_wbuf = seen(self.abuf_bias, "bias_abuf"), seen(self.wbuf_bias, "bias_wbuf")
+        stalls = Signal(32)
+        with m.If(self.issue.valid & self.issue.ready):
+            m.d.sync += stalls.eq(0)
+        with m.Elif(~advance):
+            m.d.sync += stalls.eq(stalls + 1)
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = _log2(W), _log2(L)
 
         held = Signal(IssueLayout)
-        r = resolve(m, held)
+        r = resolve(core, held)
         inst = held.inst
         (s_dst, dst), (s_src1, src1), (s_src2, src2), (s_aux, aux) = (r[o] for o in ("dst", "src1", "src2", "aux"))
         rows, n, k, pos = r["rows"], r["n"], r["k"], r["pos"]
@@ -111,12 +134,12 @@ class MatrixUnit(wiring.Component):
         def fits(space, base, nrows, cols, stride):
             return Mux(space == Space.ABUF, block_fits(base, nrows, cols, stride, cfg.abuf_words),
                        block_fits(base, nrows, cols, stride, cfg.wbuf_words))
-        checks = check_instruction(m, inst, self.opcodes)
+        checks = check_instruction(core, inst, self.opcodes)
         in_range = (fits(s_src1, src1, rows, k, r["src1_stride"]) & fits(s_src2, src2, n, k, r["src2_stride"])
                     & fits(s_dst, dst, rows, n, r["dst_stride"])
                     & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
                           Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
-        code = error_code(m, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, out_of_range=~in_range)
+        code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, out_of_range=~in_range)
 
         # --- control --------------------------------------------------------------------------
         groups = Signal(32)
@@ -127,7 +150,7 @@ class MatrixUnit(wiring.Component):
         issued_all = Signal()
         written = Signal(64)
         maxes = Signal(32)
-        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1)]
+        core.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1 + stalls)]
 
         # issue iteration state
         set_r, set_g, cur_r, cur_g = (Signal(32, name=nm) for nm in ("set_r", "set_g", "cur_r", "cur_g"))
@@ -135,129 +158,133 @@ class MatrixUnit(wiring.Component):
         t = Signal(32)
         slot = Signal(range(2 * self.loop_latency))
         size = Signal(range(2 * self.loop_latency))
-        m.d.comb += size.eq(Mux(remaining < 2 * self.loop_latency, remaining, self.loop_latency))
+        core.d.comb += size.eq(Mux(remaining < 2 * self.loop_latency, remaining, self.loop_latency))
         round_len = Mux(size > self.loop_latency, size, self.loop_latency)
         running = Signal()
         issuing = Signal()
-        m.d.comb += issuing.eq(running & (slot < size))
+        core.d.comb += issuing.eq(running & (slot < size))
         wrap_g = cur_g + 1 == groups
         nxt_r = Mux(issuing & wrap_g, cur_r + 1, cur_r)
         nxt_g = Mux(issuing, Mux(wrap_g, 0, cur_g + 1), cur_g)
         end_round = running & (slot == round_len - 1)
         last_tile = t == tiles - 1
 
-        with m.FSM():
-            accept_states(m, self, held, cycles)
-            with m.State("CHECK"):
-                m.d.sync += [cycles.eq(cycles + 1), error.eq(code),
+        with core.FSM():
+            accept_states(core, self, held, cycles)
+            with core.State("CHECK"):
+                core.d.sync += [cycles.eq(cycles + 1), error.eq(code),
                              groups.eq((n + L - 1) >> ll), tiles.eq((k + W - 1) >> lw),
                              pairs.eq(rows * ((n + L - 1) >> ll)), remaining.eq(rows * ((n + L - 1) >> ll)),
                              set_r.eq(0), set_g.eq(0), cur_r.eq(0), cur_g.eq(0), t.eq(0), slot.eq(0),
                              written.eq(0), maxes.eq(0), issued_all.eq(0)]
-                run_or_refuse(m, code, running)
-            with m.State("RUN"):
-                m.d.sync += cycles.eq(cycles + 1)
-                m.d.sync += [cur_r.eq(nxt_r), cur_g.eq(nxt_g)]
-                with m.If(running):
-                    m.d.sync += slot.eq(Mux(end_round, 0, slot + 1))
-                    with m.If(end_round):
-                        with m.If(last_tile):
-                            m.d.sync += [set_r.eq(nxt_r), set_g.eq(nxt_g), remaining.eq(remaining - size), t.eq(0)]
-                            with m.If(remaining == size):
-                                m.d.sync += [running.eq(0), issued_all.eq(1)]
-                        with m.Else():
-                            m.d.sync += [t.eq(t + 1), cur_r.eq(set_r), cur_g.eq(set_g)]
-                with m.If(issued_all & (written == pairs) & (~qk | (maxes == rows))):
-                    m.next = "DONE"
-            done_state(m, self, running, issued_all)
+                run_or_refuse(core, code, running)
+            with core.State("RUN"):
+                core.d.sync += cycles.eq(cycles + 1)
+                core.d.sync += [cur_r.eq(nxt_r), cur_g.eq(nxt_g)]
+                with core.If(running):
+                    core.d.sync += slot.eq(Mux(end_round, 0, slot + 1))
+                    with core.If(end_round):
+                        with core.If(last_tile):
+                            core.d.sync += [set_r.eq(nxt_r), set_g.eq(nxt_g), remaining.eq(remaining - size), t.eq(0)]
+                            with core.If(remaining == size):
+                                core.d.sync += [running.eq(0), issued_all.eq(1)]
+                        with core.Else():
+                            core.d.sync += [t.eq(t + 1), cur_r.eq(set_r), cur_g.eq(set_g)]
+                with core.If(issued_all & (written == pairs) & (~qk | (maxes == rows))):
+                    core.next = "DONE"
+            done_state(core, self, running, issued_all)
 
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
         tile_base = t << lw
-        m.d.comb += self.abuf_x.addr.eq(src1 + cur_r * r["src1_stride"] + tile_base)
+        weights_abuf = s_src2 == Space.ABUF
+        core.d.comb += self.abuf_x.addr.eq(src1 + cur_r * r["src1_stride"] + tile_base)
         for lane in range(L):
-            addr = src2 + (cur_g * L + lane) * r["src2_stride"] + tile_base
-            m.d.comb += [getattr(self, f"abuf_w{lane}").addr.eq(addr), getattr(self, f"wbuf_w{lane}").addr.eq(addr)]
+            column = cur_g * L + lane
+            addr = src2 + column * r["src2_stride"] + tile_base
+            wanted = issuing & (column < n)
+            core.d.comb += [self.abuf_w.addr[lane].eq(addr), self.wbuf_w.addr[lane].eq(addr),
+                            self.abuf_w.en[lane].eq(wanted & weights_abuf), self.wbuf_w.en[lane].eq(wanted & ~weights_abuf)]
         beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1}))
-        m.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
+        core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
                      beat.last.eq(last_tile)]
-        beat1 = pipe(m, beat, 1, name="beat1")
+        beat1 = pipe(core, beat, 1, name="beat1")
 
         meta_layout = data.StructLayout({"r": 32, "g": 32})
-        m.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
+        core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
                                                  depth=2 + READ_LATENCY + self.tree_latency + self.latency)
-        m.d.comb += [meta.w_en.eq(issuing & last_tile), meta.w_data.eq(Cat(cur_r, cur_g))]
+        core.d.comb += [meta.w_en.eq(issuing & last_tile), meta.w_data.eq(Cat(cur_r, cur_g))]
 
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]
-        weights_abuf = s_src2 == Space.ABUF
         accs = []
-        tag = pipe(m, beat1, self.tree_latency, name="tag")
+        tag = pipe(core, beat1, self.tree_latency, name="tag")
         for lane in range(L):
-            tree = m.submodules[f"tree{lane}"] = MacTreeCore(W)
-            wa, wb = getattr(self, f"abuf_w{lane}").data, getattr(self, f"wbuf_w{lane}").data
+            tree = core.submodules[f"tree{lane}"] = MacTreeCore(W)
+            wa, wb = w_abuf[lane], w_wbuf[lane]
             for i in range(W):
-                m.d.comb += [tree.i.x[i].eq(Mux(in_k[i], self.abuf_x.data[i], 0)),
+                core.d.comb += [tree.i.x[i].eq(Mux(in_k[i], x_data[i], 0)),
                              tree.i.w[i].eq(Mux(in_k[i], Mux(weights_abuf, wa[i], wb[i]), 0))]
-            acc = m.submodules[f"acc{lane}"] = TileAccumulator(self.contexts)
+            acc = core.submodules[f"acc{lane}"] = TileAccumulator(self.contexts)
             accs.append(acc)
-            m.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
+            core.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
                          acc.i.payload.first.eq(tag.first), acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
 
         # --- output: bias, FP16, GELU, mask, write; row max ---------------------------------------
         out_valid = accs[0].o.valid
-        m.d.comb += meta.r_en.eq(out_valid)
+        core.d.comb += meta.r_en.eq(out_valid)
         pair = data.View(meta_layout, meta.r_data)
         bias_addr = aux + pair.g * L
-        m.d.comb += [self.abuf_bias.addr.eq(bias_addr), self.wbuf_bias.addr.eq(bias_addr)]
+        core.d.comb += [self.abuf_bias.addr.eq(bias_addr), self.wbuf_bias.addr.eq(bias_addr)]
         tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32}))
-        m.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
-        tag1 = pipe(m, tag, 1, name="out1")
+        core.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
+        tag1 = pipe(core, tag, 1, name="out1")
         results = []
         for lane in range(L):
-            sums = delay(m, accs[lane].o.payload.data, READ_LATENCY + FP16MulCore.latency, name=f"sum{lane}")
-            mul = m.submodules[f"bias{lane}"] = FP16MulCore()
-            bias = Mux(s_aux == Space.ABUF, self.abuf_bias.data[lane], self.wbuf_bias.data[lane])
-            m.d.comb += [mul.i.a.eq(Mux(has_bias, bias, FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
-            add = m.submodules[f"add{lane}"] = FP32AddCore()
-            m.d.comb += [add.i.a.eq(sums), add.i.b.eq(mul.o)]
-            conv = m.submodules[f"fp16_{lane}"] = ToFP16Core()
-            m.d.comb += conv.i.eq(add.o)
-            act = m.submodules[f"gelu{lane}"] = SpecialFunctionCore("gelu")
-            m.d.comb += act.i.eq(conv.o)
-            plain = delay(m, conv.o, act.latency, name=f"plain{lane}")
+            sums = delay(core, accs[lane].o.payload.data, READ_LATENCY + FP16MulCore.latency, name=f"sum{lane}")
+            mul = core.submodules[f"bias{lane}"] = FP16MulCore()
+            bias = Mux(s_aux == Space.ABUF, bias_abuf[lane], bias_wbuf[lane])
+            core.d.comb += [mul.i.a.eq(Mux(has_bias, bias, FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
+            add = core.submodules[f"add{lane}"] = FP32AddCore()
+            core.d.comb += [add.i.a.eq(sums), add.i.b.eq(mul.o)]
+            conv = core.submodules[f"fp16_{lane}"] = ToFP16Core()
+            core.d.comb += conv.i.eq(add.o)
+            act = core.submodules[f"gelu{lane}"] = SpecialFunctionCore("gelu")
+            core.d.comb += act.i.eq(conv.o)
+            plain = delay(core, conv.o, act.latency, name=f"plain{lane}")
             results.append(Mux(gelu, Value.cast(act.o), Value.cast(plain)))
-        fin = pipe(m, tag1, self.post_latency - READ_LATENCY, name="fin")
+        fin = pipe(core, tag1, self.post_latency - READ_LATENCY, name="fin")
         col0 = fin.g * L
         outs = Signal(data.ArrayLayout(16, L))
         lane_ok = Signal(L)
         for lane in range(L):
             masked = qk & ((col0 + lane) > (pos + fin.r))
-            m.d.comb += [outs[lane].eq(Mux(masked, nx.FP16_NEG_INF, results[lane])),
+            core.d.comb += [outs[lane].eq(Mux(masked, nx.FP16_NEG_INF, results[lane])),
                          lane_ok[lane].eq((col0 + lane) < n)]
-        m.d.comb += [self.abuf_dst.addr.eq(dst + fin.r * r["dst_stride"] + col0), self.abuf_dst.data.eq(outs),
+        core.d.comb += [self.abuf_dst.addr.eq(dst + fin.r * r["dst_stride"] + col0), self.abuf_dst.data.eq(outs),
                      self.abuf_dst.mask.eq(lane_ok), self.abuf_dst.en.eq(fin.valid)]
-        with m.If(fin.valid):
-            m.d.sync += written.eq(written + 1)
+        with core.If(fin.valid):
+            core.d.sync += written.eq(written + 1)
 
         # row max over the lanes (unused lanes hold the order's minimum), then over the row's groups
         padded = [Mux(lane_ok[lane], outs[lane], FP16_MIN_KEY) for lane in range(L)]
         if L >= 2:
-            tree = m.submodules.row_max = MaxTreeCore(L)
-            m.d.comb += [tree.i[lane].eq(padded[lane]) for lane in range(L)]
+            tree = core.submodules.row_max = MaxTreeCore(L)
+            core.d.comb += [tree.i[lane].eq(padded[lane]) for lane in range(L)]
             group_max, tree_latency = tree.o.as_value(), tree.latency
         else:
             group_max, tree_latency = padded[0], 0
-        mtag = pipe(m, fin, tree_latency, name="mtag")
+        mtag = pipe(core, fin, tree_latency, name="mtag")
         best = Signal(16)
         group_max_fp16 = data.View(FP16, group_max)
         best_fp16 = data.View(FP16, best)
-        newer = order_key(m, group_max_fp16, name="max_new") > order_key(m, best_fp16, name="max_best")
+        newer = order_key(core, group_max_fp16, name="max_new") > order_key(core, best_fp16, name="max_best")
         row_max = Signal(16)
-        m.d.comb += row_max.eq(Mux((mtag.g == 0) | newer, group_max, best))
+        core.d.comb += row_max.eq(Mux((mtag.g == 0) | newer, group_max, best))
         row_end = mtag.valid & (mtag.g == groups - 1)
-        with m.If(mtag.valid):
-            m.d.sync += best.eq(row_max)
-        m.d.comb += [self.abuf_aux.addr.eq(aux + mtag.r * r["aux_stride"]), self.abuf_aux.data[0].eq(row_max),
+        with core.If(mtag.valid):
+            core.d.sync += best.eq(row_max)
+        core.d.comb += [self.abuf_aux.addr.eq(aux + mtag.r * r["aux_stride"]), self.abuf_aux.data[0].eq(row_max),
                      self.abuf_aux.mask.eq(1), self.abuf_aux.en.eq(row_end & qk)]
-        with m.If(row_end & qk):
-            m.d.sync += maxes.eq(maxes + 1)
+        with core.If(row_end & qk):
+            core.d.sync += maxes.eq(maxes + 1)
+        m.submodules.core = EnableInserter(advance)(core)
         return m
