@@ -6,7 +6,7 @@
 The matrix unit reads its mpu_lanes weight tiles through one read port per buffer memory (hw/core/buffers.py,
 TileReadPort): lane l of beat (row, column group g, tile t) reads mac_width words from
 src2 + (g * lanes + l) * src2_stride + t * mac_width, one or two 64-word chunks; a memory delivers one chunk per
-cycle, so the beat takes as many cycles as the busiest memory holds distinct chunks (tile_read_cycles), and the
+cycle, so the beat takes as many cycles as the busiest memory holds distinct chunks (cycle_model.weight_beat_cycles), and the
 unit stalls for the rest. This script counts the stalls of every MATMUL and MASKED_QK of the u280 programs the
 benchmark times (decode at position 128, and a 128-token prompt) under three bankings:
 
@@ -25,31 +25,21 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import GPT2LMHeadModel
 
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import synthetic_config
 from ringgpt.hw.config import get_config
-from ringgpt.hw.core.buffers import tile_read_cycles
 from ringgpt.hw.isa import OPCODES, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
-from ringgpt.sim.cycle_model import instruction_cost
+from ringgpt.sim.cycle_model import instruction_cost, weight_beat_cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (("gpt2", 1), ("gpt2-355m", 1), ("gpt2-774m", 2), ("gpt2-1.5b", 4))
 RUNS = {"decode at 128": (128, 1), "prompt of 128": (0, 128)}
 SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) % 16), "prime": (17, lambda c: c % 17)}
-CHUNK = 64
 MAX_CONTEXT = 1024
-
-
-def beat_cycles(base: int, stride: int, n: int, k: int, lanes: int, width: int, banks: int, bank_of) -> np.ndarray:
-    """Cycles of each beat (column group g, tile t) of one weight read (hw/core/buffers.py tile_read_cycles)."""
-    g, t, lane = np.meshgrid(np.arange(-(-n // lanes)), np.arange(-(-k // width)), np.arange(lanes), indexing="ij")
-    column = g * lanes + lane
-    return tile_read_cycles(base + column * stride + t * width, column < n, width, CHUNK, banks, bank_of)
 
 
 def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:
@@ -64,10 +54,10 @@ def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:
         if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
             continue
         out["matrix_cycles"] += instruction_cost(r, cfg).cycles
-        key = (r.src2[1] % (17 * 16 * CHUNK), r.src2_stride, r.n, r.k)
+        key = (r.src2[1] % (17 * 16 * cfg.buffer_chunk_words), r.src2_stride, r.n, r.k)
         if key not in cache:
-            cache[key] = {scheme: int((beat_cycles(r.src2[1], r.src2_stride, r.n, r.k, cfg.mpu_lanes, cfg.mac_width,
-                                                   banks, bank_of) - 1).sum())
+            cache[key] = {scheme: int((weight_beat_cycles(r.src2[1], r.src2_stride, r.n, r.k, cfg, banks, bank_of)
+                                       - 1).sum())
                           for scheme, (banks, bank_of) in SCHEMES.items()}
         for scheme, extra in cache[key].items():
             out[scheme] += r.rows * extra

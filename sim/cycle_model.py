@@ -55,25 +55,30 @@ def _issue_cycles(pairs: int, tiles: int, loop: int) -> int:
     return pairs * tiles if pairs >= loop else (tiles - 1) * loop + pairs
 
 
+def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, banks: int | None = None,
+                       bank_of=None) -> np.ndarray:
+    """Cycles of each beat (column group g, tile t) of a MATMUL's or MASKED_QK's weight reads (hw/core/matrix.py):
+    lane l reads mac_width words at base + (g * lanes + l) * stride + t * mac_width for the columns below n,
+    `buffers.tile_read_cycles` over the config's memories (or `banks` and `bank_of`, for comparisons)."""
+    from ringgpt.hw.core.buffers import tile_read_cycles
+    L, W = cfg.mpu_lanes, cfg.mac_width
+    g, t, lane = np.meshgrid(np.arange(_ceil_div(n, L)), np.arange(_ceil_div(k, W)), np.arange(L), indexing="ij")
+    column = g * L + lane
+    return tile_read_cycles(base + column * stride + t * W, column < n, W, cfg.buffer_chunk_words,
+                            banks or cfg.buffer_banks, bank_of)
+
+
 @functools.lru_cache(maxsize=4096)
 def weight_stall_cycles(phase: int, stride: int, n: int, k: int, cfg: ArchConfig) -> int:
-    """Cycles the matrix unit stalls per row of a MATMUL or MASKED_QK while its weight tiles are read
-    (hw/core/matrix.py): over the beats (column group g, tile t), lane l reading mac_width words at
-    src2 + (g * lanes + l) * stride + t * mac_width for the columns below n, each beat's
-    `buffers.tile_read_cycles` - 1. Only the weights' address modulo chunk x banks (`phase`) matters."""
-    from ringgpt.hw.core.buffers import tile_read_cycles
-    chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
-    L, W = cfg.mpu_lanes, cfg.mac_width
-    groups, tiles = _ceil_div(n, L), _ceil_div(k, W)
+    """Cycles the matrix unit stalls per row of a MATMUL or MASKED_QK while its weight tiles are read: the sum of
+    weight_beat_cycles - 1. Only the weights' address modulo chunk x banks (`phase`) matters."""
+    chunk, banks, L = cfg.buffer_chunk_words, cfg.buffer_banks, cfg.mpu_lanes
     if phase % chunk == 0 and stride % chunk == 0:     # one chunk a lane, stride / chunk apart: in distinct banks
         step = stride // chunk                          # (lanes < banks) unless a multiple of banks apart
         if step == 0 or step % banks:
             return 0
-        return tiles * sum(min(L, n - g * L) - 1 for g in range(groups))
-    g, t, lane = np.meshgrid(np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
-    column = g * L + lane
-    cycles = tile_read_cycles(phase + column * stride + t * W, column < n, W, chunk, banks)
-    return int((cycles - 1).sum())
+        return _ceil_div(k, cfg.mac_width) * sum(min(L, n - g * L) - 1 for g in range(_ceil_div(n, L)))
+    return int((weight_beat_cycles(phase, stride, n, k, cfg) - 1).sum())
 
 
 _VECTOR_SUMS = (Opcode.VSUM, Opcode.VDOT)
@@ -93,8 +98,8 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         issue = _issue_cycles(r.rows * _ceil_div(r.n, cfg.mpu_lanes), _ceil_div(r.k, cfg.mac_width), t["loop"])
         tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
         if issue:
-            rows_of_banks = cfg.buffer_chunk_words * cfg.buffer_banks
-            issue += r.rows * weight_stall_cycles(r.src2[1] % rows_of_banks, r.src2_stride, r.n, r.k, cfg)
+            period = cfg.buffer_chunk_words * cfg.buffer_banks
+            issue += r.rows * weight_stall_cycles(r.src2[1] % period, r.src2_stride, r.n, r.k, cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.VECTOR:
         # One chunk of vector_width elements per cycle; a row sum's chunks go through the accumulator loop.

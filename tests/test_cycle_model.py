@@ -342,4 +342,5 @@ def test_weight_stalls_shortcut_agrees_with_the_count(stride):
         column = g * L + lane
         counted = int((tile_read_cycles(128 + column * stride + t * W, column < n, W, C, P) - 1).sum())
         assert cycle_model.weight_stall_cycles(128, stride, n, k, cfg) == counted
+        assert int((cycle_model.weight_beat_cycles(128, stride, n, k, cfg) - 1).sum()) == counted
     assert cycle_model.weight_stall_cycles(0, 64 * 17, 32, 64, cfg) == 2 * 15      # all 16 lanes in one memory
