@@ -18,6 +18,15 @@ benchmark times (decode at position 128, and a 128-token prompt) under three ban
 It prints, per program, the matrix unit's busy cycles (sim/cycle_model.instruction_cost, with the `prime` stalls)
 and the stall cycles each banking would add, with the compiler's layouts as they are (weights column-major at
 stride k in WBUF slots, keys at their stride, V^T at the maximum context).
+
+Then the DMA engines (hw/core/dma.py, PortEngine): the hbm_channels engines share one write port per memory
+for their LOAD beats (RowWritePort; an engine merges its beats into whole rows and asks only when a row is
+complete, `PortEngine._rows`) and one read port per memory for their STORE beats (SharedReadPort), granted in
+engine order. For every LOAD and STORE between HBM and ABUF/WBUF of the same programs it replays each engine's
+beats (the jobs' words through hw/hbm.py's map) with every engine fed one beat per cycle, or at the HBM's
+sustained rate (hbm_bytes_per_cycle shared by the ports), granted as the RTL grants them (the engines behind the
+leader first), and counts the cycles the grants add over memories that never conflict: `--no-dma` skips this
+part (a few minutes).
 """
 from __future__ import annotations
 
@@ -25,13 +34,15 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import GPT2LMHeadModel
 
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import synthetic_config
+from ringgpt.hw import hbm
 from ringgpt.hw.config import get_config
-from ringgpt.hw.isa import OPCODES, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
 from ringgpt.sim.cycle_model import instruction_cost, weight_beat_cycles
 
@@ -42,15 +53,20 @@ SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) 
 MAX_CONTEXT = 1024
 
 
-def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:
+def compiled_run(name: str, cards: int, pos: int, rows: int):
+    """(config, card 0's resolved instructions) of the u280 program; the cards' programs have the same shapes."""
     with torch.device("meta"):
         model = GPT2LMHeadModel(synthetic_config(name))
     cfg = get_config("u280", cards)
     image = compile_model(model, cfg, MAX_CONTEXT)
     runs = with_gather_slices([resolve_run(card.program.instructions, c, pos, rows) for c, card in enumerate(image.cards)])
+    return cfg, runs[0]
+
+
+def program_figures(cfg, run) -> dict:
     out = {"matrix_cycles": 0, **{scheme: 0 for scheme in SCHEMES}}
     cache: dict = {}
-    for r in runs[0]:                                   # card 0; the cards' programs have the same shapes
+    for r in run:
         if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
             continue
         out["matrix_cycles"] += instruction_cost(r, cfg).cycles
@@ -65,18 +81,115 @@ def program_figures(name: str, cards: int, pos: int, rows: int) -> dict:
     return out
 
 
+def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
+    """For each HBM engine, the memories (a bit mask) each of its beats asks for, in order, for a transfer of
+    `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
+    beat reads the one or two chunks its words lie in; a LOAD beat writes the chunk it fills to its last word
+    and, where the job's words end in the beat or the beat ends an interleave granule, the chunk it leaves
+    (PortEngine._rows), nothing otherwise (its words wait for the next beat)."""
+    B, K, banks, G = cfg.hbm_port_bits // 16, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
+    lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
+    delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
+    out = []
+    for channel in range(cfg.hbm_channels):
+        llo, lhi = hbm.local_range(channel, lo, lo + n, cfg)
+        asks = []
+        for job in np.flatnonzero(llo < lhi):
+            beat = np.arange(llo[job] // B * B, lhi[job], B)
+            first, last = np.maximum(beat, llo[job]), np.minimum(beat + B, lhi[job]) - 1
+            start = hbm.hbm_word(channel, first, cfg) + delta[job]
+            end = start + (last - first)
+            chunk, straddles = start // K, end // K != start // K
+            if write:
+                ends = (lhi[job] - beat <= B) | ((beat + B) % G == 0)
+                full = (end % K == K - 1) | straddles | ends
+                mask = np.where(full, 1 << (chunk % banks), 0) | np.where(ends & straddles, 1 << ((chunk + 1) % banks), 0)
+            else:
+                mask = (1 << (chunk % banks)) | np.where(straddles, 1 << ((chunk + 1) % banks), 0)
+            asks.extend(mask.tolist())
+        out.append(asks)
+    return out
+
+
+def grant_cycles(requests: list, rate: float, *, conflicts: bool = True, backlog: float = 4.0) -> int:
+    """Cycles until every engine's beats are granted: each cycle an engine gains `rate` beats from its memory (up
+    to `backlog` waiting) and holds its next beat in its stage until granted (a beat asking for no memory is
+    taken at once); grants go first to the engines that moved fewer beats than the leader (`urgent`), then to the
+    rest, each class in engine order, unless a grant before took one of the beat's memories (`conflicts` False:
+    never)."""
+    engines = len(requests)
+    index, credit, stage = [0] * engines, [0.0] * engines, [0] * engines
+    left, cycles = sum(len(asks) for asks in requests), 0
+    while left or any(stage):
+        cycles += 1
+        moved = [index[e] - (stage[e] != 0) for e in range(engines)]
+        leader, taken = max(moved), 0
+        for e in sorted(range(engines), key=lambda e: moved[e] == leader):    # stable: engine order in a class
+            if stage[e] and not (conflicts and stage[e] & taken):
+                taken |= stage[e]
+                stage[e] = 0
+        for e, asks in enumerate(requests):
+            credit[e] = min(credit[e] + rate, backlog)
+            if index[e] < len(asks) and credit[e] >= 1.0 and not stage[e]:
+                stage[e] = asks[index[e]]
+                index[e] += 1
+                credit[e] -= 1.0
+                left -= 1
+    return cycles
+
+
+def dma_figures(cfg, run) -> dict:
+    """The grants' extra cycles over the program's LOADs and STOREs between HBM and ABUF/WBUF, at one beat per
+    cycle per engine and at the HBM's sustained rate."""
+    B = cfg.hbm_port_bits // 16
+    rates = {"port": 1.0, "hbm": min(1.0, cfg.hbm_bytes_per_cycle / (cfg.hbm_channels * 2 * B))}
+    period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, cfg.buffer_chunk_words * cfg.buffer_banks
+    out = {"transfers": 0, **{f"{rate}_cycles": 0 for rate in rates}, **{f"{rate}_extra": 0 for rate in rates}}
+    cache: dict = {}
+    for r in run:
+        if r is None or r.op not in (Opcode.LOAD, Opcode.STORE) or not (r.rows and r.n) or r.flags.transpose:
+            continue
+        write = r.op is Opcode.LOAD
+        (x_space, x0), (b_space, b0) = (r.src1, r.dst) if write else (r.dst, r.src1)
+        x_stride, b_stride = (r.src1_stride, r.dst_stride) if write else (r.dst_stride, r.src1_stride)
+        if x_space is not Space.HBM or b_space not in (Space.ABUF, Space.WBUF):
+            continue
+        key = (r.rows, r.n, x0 % period_x, x_stride, b0 % period_b, b_stride, write)
+        if key not in cache:
+            requests = engine_requests(cfg, r.rows, r.n, x0 % period_x, x_stride, b0 % period_b, b_stride, write)
+            cache[key] = {}
+            for label, rate in rates.items():
+                free = grant_cycles(requests, rate, conflicts=False)
+                cache[key][label] = (free, grant_cycles(requests, rate) - free)
+        out["transfers"] += 1
+        for label, (free, extra) in cache[key].items():
+            out[f"{label}_cycles"] += free
+            out[f"{label}_extra"] += extra
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=ROOT / "out" / "bank_conflicts.json")
+    parser.add_argument("--no-dma", action="store_true", help="skip the DMA engines' grants")
     args = parser.parse_args(argv)
-    report = {}
+    report, runs = {}, {}
     print(f"{'program':34}{'matrix cycles':>15}" + "".join(f"{s + ' extra':>16}" for s in SCHEMES))
     for name, cards in CASES:
         for run, (pos, rows) in RUNS.items():
             label = f"{name} x{cards}, {run}"
-            f = report[label] = program_figures(name, cards, pos, rows)
+            runs[label] = compiled_run(name, cards, pos, rows)
+            f = report[label] = program_figures(*runs[label])
             print(f"{label:34}{f['matrix_cycles']:>15,}"
                   + "".join(f"{f[s]:>9,} ({100 * f[s] / f['matrix_cycles']:>3.0f}%)" for s in SCHEMES), flush=True)
+    if not args.no_dma:
+        print(f"\nDMA engines' grants (HBM <-> ABUF/WBUF LOADs and STOREs): extra cycles over conflict-free memories")
+        print(f"{'program':34}{'transfers':>10}{'cycles, 1 beat/cycle':>24}{'extra':>14}{'cycles, HBM rate':>20}{'extra':>14}")
+        for label, (cfg, run) in runs.items():
+            f = report[label]["dma"] = dma_figures(cfg, run)
+            print(f"{label:34}{f['transfers']:>10,}" + "".join(
+                f"{f[rate + '_cycles']:>{w},}{f[rate + '_extra']:>7,} ({100 * f[rate + '_extra'] / max(f[rate + '_cycles'], 1):>4.1f}%)"
+                for rate, w in (("port", 24), ("hbm", 20))), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.json}")

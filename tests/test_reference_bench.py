@@ -1,7 +1,5 @@
 """scripts/bench_reference.py: runs one small cell on CPU and writes its JSON report."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,15 +7,10 @@ from click.testing import CliRunner
 
 from ringgpt.host.reference.timing import DYNAMIC, STATIC_COMPILED, device_name
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_reference.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_reference", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+def bench(load_script):
+    return load_script("bench_reference").main
 
 
 @pytest.fixture

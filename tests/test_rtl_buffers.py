@@ -160,6 +160,111 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
     assert max(counted) >= lanes and min(counted) == 1     # the cases reached both ends
 
 
+SHARED_READS = {"s_wide": 8, "s_odd": 3, "s_beat": 8}
+ROW_WRITES = ("w_first", "w_second", "w_third")
+
+
+def _granted(touches: list, urgent: list) -> list:
+    """The grants of a group: the urgent requesters first, then the others, each in order; a requester is ready
+    when no requester granted before it took one of its memories."""
+    taken, ready = set(), [False] * len(touches)
+    for first in (True, False):
+        for k, touch in enumerate(touches):
+            if urgent[k] == first:
+                ready[k] = not touch & taken
+                if ready[k]:
+                    taken |= touch
+    return ready
+
+
+@pytest.mark.parametrize("banks", [2, 5])
+def test_shared_ports_grant_in_priority_order(banks):
+    """Three SharedReadPorts and three RowWritePorts over one read and one write port per memory: random
+    requests (often several on one memory), some urgent, against a word array; `ready` is exactly the grant
+    (no requester granted before it, urgent ones first, on one of the memories it touches), every granted read returns its
+    words the cycle after, every granted row write lands (word enables, both chunks, nothing past the end) and
+    nothing else does; every word is read back at the end. Fails if a memory served the wrong requester or row,
+    a chunk were placed in the wrong memory, or an ungranted write landed (each was checked by breaking it)."""
+    words, chunk, cycles = 256, 8, 500
+    chunks = words // chunk
+    buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={"check": chunk}, writes={},
+                       shared_reads=SHARED_READS, row_writes=ROW_WRITES)
+    rng = np.random.default_rng(banks + 10)
+    model = np.zeros(words, dtype=np.int64)
+    wrong, grants = [], {"read": [0, 0], "write": [0, 0]}
+
+    async def testbench(ctx):
+        for cycle in range(cycles):
+            hot = int(rng.integers(0, chunks))          # requests cluster on a few chunks, so they collide
+            read_touch, reads = [], {}
+            for name, width in SHARED_READS.items():
+                port, en = getattr(buf, name), bool(rng.random() < 0.8)
+                addr = (hot * chunk + int(rng.integers(-chunk, 2 * chunk))) % words if rng.random() < 0.6 else \
+                    _address(rng, words, width, chunk)
+                ctx.set(port.en, en)
+                ctx.set(port.addr, addr)
+                reads[name] = addr
+                read_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}}
+                                  if en else set())
+            write_touch, writes = [], {}
+            for name in ROW_WRITES:
+                port, en = getattr(buf, name), bool(rng.random() < 0.8 and cycle > 3)
+                first = (hot + int(rng.integers(-1, 2))) % chunks if rng.random() < 0.6 else \
+                    int(rng.choice([rng.integers(0, chunks), chunks - 1, chunks]))
+                mask = int(rng.integers(0, 1 << 2 * chunk)) if rng.random() < 0.7 else \
+                    [(1 << chunk) - 1, ((1 << chunk) - 1) << chunk, 0][int(rng.integers(3))]
+                values = [int(v) for v in rng.integers(0, 1 << 16, 2 * chunk)]
+                ctx.set(port.en, en)
+                ctx.set(port.first, first)
+                ctx.set(port.mask, mask)
+                ctx.set(port.data, values)
+                writes[name] = (first, mask, values)
+                write_touch.append({(first + h) % banks for h in (0, 1) if mask >> (h * chunk) & ((1 << chunk) - 1)}
+                                   if en else set())
+            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *ROW_WRITES]}
+            for name, value in urgent.items():
+                ctx.set(getattr(buf, name).urgent, value)
+            read_ready = _granted(read_touch, [urgent[name] for name in SHARED_READS])
+            write_ready = _granted(write_touch, [urgent[name] for name in ROW_WRITES])
+            for kind, names, expected, touches in (("read", SHARED_READS, read_ready, read_touch),
+                                                   ("write", ROW_WRITES, write_ready, write_touch)):
+                for name, ready, touch in zip(names, expected, touches):
+                    got = bool(ctx.get(getattr(buf, name).ready))
+                    if got != ready:
+                        wrong.append((cycle, name, "ready", got, ready))
+                    if touch:
+                        grants[kind][ready] += 1
+            await ctx.tick()
+            for (name, width), ready, touch in zip(SHARED_READS.items(), read_ready, read_touch):
+                addr = reads[name]
+                if touch and ready and addr + width <= words:   # the words before this cycle's writes
+                    got = [int(v) for v in ctx.get(getattr(buf, name).data)]
+                    if got != [int(v) for v in model[addr:addr + width]]:
+                        wrong.append((cycle, name, addr, got))
+            for name, ready, touch in zip(ROW_WRITES, write_ready, write_touch):
+                first, mask, values = writes[name]
+                if touch and ready:
+                    for i, value in enumerate(values):
+                        if mask >> i & 1 and first * chunk + i < words:
+                            model[first * chunk + i] = value
+        for name in [*SHARED_READS, *ROW_WRITES]:
+            ctx.set(getattr(buf, name).en, 0)
+        for addr in range(0, words, chunk):             # then every word
+            ctx.set(buf.check.addr, addr)
+            await ctx.tick()
+            got = [int(v) for v in ctx.get(buf.check.data)]
+            if got != [int(v) for v in model[addr:addr + chunk]]:
+                wrong.append(("dump", addr, got))
+
+    sim = Simulator(buf)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert not wrong, wrong[:3]
+    for kind, (refused, granted) in grants.items():     # both outcomes happened often
+        assert refused > 50 and granted > 200, (kind, refused, granted)
+
+
 def test_tile_read_cycles_counts_distinct_chunks_per_bank():
     starts = np.array([[0, 8, 16, 24], [0, 40, 80, 120], [3, 3, 3, 3], [4, 44, 0, 0]])
     enabled = np.array([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]], bool)

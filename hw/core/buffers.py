@@ -14,8 +14,13 @@ stalls for the rest. `banks` is the smallest prime above mpu_lanes (17 at u280; 
 lane l's chunk c0 + l * stride / chunk then falls in a memory of its own for every stride that is not a
 multiple of banks chunks, so the compiled programs' weight reads take one cycle. With a power of two (16)
 their strides (768, 1,024, 1,600, ... words) put many lanes in one memory: `scripts/bank_conflicts.py`
-counts 0.9 to 15 times the matrix unit's cycles more in stalls for 16 banks, none for 17. Every other
-port is still a memory port of its own (docs/rtl-core.md, "Resources").
+counts 0.9 to 15 times the matrix unit's cycles more in stalls for 16 banks, none for 17.
+
+The DMA engines' beats share one read port per memory (`SharedReadPort`, STORE) and one write port per memory
+(`RowWritePort`, LOAD and GATHER: whole rows, which the engines assemble from their beats): each cycle a
+memory serves one requester of the group, the `urgent` ones first (the DMA marks the engines behind the
+leader), then in the order listed; a requester that is not granted holds its request (`_grants`). Every
+other port is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
 other); every port is a memory port of its own, so the halves need no memories of their own. Ports are
@@ -26,14 +31,14 @@ dropped.
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 
-from .interfaces import WORD, ReadPort, TileReadPort, WritePort
+from .interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, TileReadPort, WritePort
 
 
 ADDRESS = 33
@@ -51,26 +56,34 @@ class BankedBuffer(wiring.Component):
     buffer[addr + i] for i < width one cycle after `addr`; a write port writes data[i] to addr + i where
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes
-    `tile_read_cycles` cycles (see `_tile_port`)."""
+    `tile_read_cycles` cycles (see `_tile_port`). The `shared_reads` (name -> width) share one read port per
+    memory and the `row_writes` (names of RowWritePorts) one write port per memory, each group granted the
+    urgent requesters first, each class in the order listed (see `_grants`); a row write wins over the other
+    write ports on a shared word."""
 
-    def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None):
+    def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None,
+                 shared_reads: dict | None = None, row_writes: tuple = ()):
         if chunk < 1 or chunk & (chunk - 1):
             raise ValueError(f"chunk must be a power of two, got {chunk}")
         if banks < 2:
             raise ValueError(f"banks must be at least 2, got {banks}")
         if words % chunk:
             raise ValueError(f"{words} words do not split into {chunk}-word chunks")
-        tiles = dict(tiles or {})
-        wide = [w for w in [*reads.values(), *writes.values(), *(w for _, w in tiles.values())] if not 1 <= w <= chunk]
+        tiles, shared_reads = dict(tiles or {}), dict(shared_reads or {})
+        wide = [w for w in [*reads.values(), *writes.values(), *(w for _, w in tiles.values()), *shared_reads.values()]
+                if not 1 <= w <= chunk]
         if wide:
             raise ValueError(f"ports of {wide} words: each must be 1 to the {chunk}-word chunk")
         self.words, self.chunk, self.banks = words, chunk, banks
         self.chunks = words // chunk
         self.rows = -(-self.chunks // banks)
         self.reads, self.writes, self.tiles = dict(reads), dict(writes), tiles
+        self.shared_reads, self.row_writes = shared_reads, tuple(row_writes)
         super().__init__({**{name: In(ReadPort(w)) for name, w in reads.items()},
                           **{name: In(WritePort(w)) for name, w in writes.items()},
-                          **{name: In(TileReadPort(lanes, w)) for name, (lanes, w) in tiles.items()}})
+                          **{name: In(TileReadPort(lanes, w)) for name, (lanes, w) in tiles.items()},
+                          **{name: In(SharedReadPort(w)) for name, w in shared_reads.items()},
+                          **{name: In(RowWritePort(chunk)) for name in self.row_writes}})
 
     def _place(self, m: Module, addr, *, name: str):
         """An access at `addr`: its first chunk's bank and offset, and for each memory b which of the
@@ -90,6 +103,19 @@ class BankedBuffer(wiring.Component):
             places.append((which, local, first + which < self.chunks))
         return bank, addr[:lc] if lc else 0, places
 
+    def _pick(self, m: Module, name: str, port, bank, offset, rows: list, width: int):
+        """A read's data: the `width` words at `offset` of the rows of memories `bank` and `bank` + 1 (`rows`:
+        each memory's read data), one cycle after its address."""
+        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        bank_d = Signal(range(P), name=f"{name}_bank_d")
+        offset_d = Signal(max(lc, 1), name=f"{name}_offset_d")
+        m.d.sync += [bank_d.eq(bank), offset_d.eq(offset)]
+        pick = Signal(2 * C * WORD, name=f"{name}_window")
+        for b in range(P):
+            with m.If(bank_d == b):
+                m.d.comb += pick.eq(Cat(rows[b], rows[(b + 1) % P]))
+        m.d.comb += port.data.eq((pick >> (offset_d * WORD))[:width * WORD])
+
     def elaborate(self, platform):
         m = Module()
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
@@ -105,14 +131,7 @@ class BankedBuffer(wiring.Component):
                 rd = mems[b].read_port()
                 m.d.comb += rd.addr.eq(row)
                 rows.append(rd.data.as_value())
-            bank_d = Signal(range(P), name=f"{name}_bank_d")
-            offset_d = Signal(max(lc, 1), name=f"{name}_offset_d")
-            m.d.sync += [bank_d.eq(bank), offset_d.eq(offset)]
-            pick = Signal(2 * C * WORD, name=f"{name}_window")
-            for b in range(P):
-                with m.If(bank_d == b):
-                    m.d.comb += pick.eq(Cat(rows[b], rows[(b + 1) % P]))
-            m.d.comb += port.data.eq((pick >> (offset_d * WORD))[:width * WORD])
+            self._pick(m, name, port, bank, offset, rows, width)
         for name, width in self.writes.items():
             port = getattr(self, name)
             _, offset, places = self._place(m, port.addr, name=name)
@@ -127,7 +146,91 @@ class BankedBuffer(wiring.Component):
                              wp.en.eq(Mux(inside & ~which[1], Mux(which[0], enables[C:], enables[:C]), 0))]
         for name, (lanes, width) in self.tiles.items():
             self._tile_port(m, mems, name, lanes, width)
+        self._shared_reads(m, mems)
+        self._row_writes(m, mems)
         return m
+
+    def _grants(self, m: Module, touches: list, urgent: list, *, name: str) -> list:
+        """Grants of a group sharing one port per memory: requester k (`touches[k]`: the memories it asks for,
+        none when it asks nothing) is granted when no requester granted before it took one of them; the
+        `urgent` requesters are considered first, each class in the group's order. Returns each requester's
+        `ready` (its memories are free of the grants before it)."""
+        taken = Const(0, self.banks)
+        free = {}
+        for first in (1, 0):
+            for k, touch in enumerate(touches):
+                mine = urgent[k] if first else ~urgent[k]
+                free[k, first] = Signal(name=f"{name}{k}_free{first}")
+                now = Signal(self.banks, name=f"{name}{k}_taken{first}")
+                m.d.comb += [free[k, first].eq((touch & taken) == 0), now.eq(taken | Mux(mine & free[k, first], touch, 0))]
+                taken = now
+        readies = []
+        for k in range(len(touches)):
+            readies.append(Signal(name=f"{name}{k}_ready"))
+            m.d.comb += readies[-1].eq(Mux(urgent[k], free[k, 1], free[k, 0]))
+        return readies
+
+    def _shared_reads(self, m: Module, mems: list):
+        """One read port per memory for the SharedReadPorts: each memory reads the row of the granted
+        requester that touches it; a requester's data are picked from its two memories' rows as a read port's."""
+        if not self.shared_reads:
+            return
+        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        placed, touches = [], []
+        for name, width in self.shared_reads.items():
+            port = getattr(self, name)
+            bank, offset, places = self._place(m, port.addr, name=name)
+            touch = Signal(P, name=f"{name}_touch")
+            two = offset + width > C
+            m.d.comb += [touch[b].eq(port.en & ((which == 0) | ((which == 1) & two)))
+                         for b, (which, _, _) in enumerate(places)]
+            placed.append((port, bank, offset, places, touch))
+            touches.append(touch)
+        readies = self._grants(m, touches, [p.urgent for p, *_ in placed], name="shared_read")
+        rows = []
+        for b in range(P):
+            addr = 0
+            for (port, _, _, places, touch), ready in zip(placed, readies):
+                addr = Mux(ready & touch[b], places[b][1], addr)
+            rd = mems[b].read_port()
+            m.d.comb += rd.addr.eq(addr)
+            rows.append(rd.data.as_value())
+        for (port, bank, offset, _, _), ready, (name, width) in zip(placed, readies, self.shared_reads.items()):
+            m.d.comb += port.ready.eq(ready)
+            self._pick(m, name, port, bank, offset, rows, width)
+
+    def _row_writes(self, m: Module, mems: list):
+        """One write port per memory for the RowWritePorts: each memory writes the row (and word enables) of
+        the granted requester whose first or second chunk lies in it."""
+        if not self.row_writes:
+            return
+        C, P = self.chunk, self.banks
+        parts, touches = [], []
+        for name in self.row_writes:
+            port = getattr(self, name)
+            first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
+            m.d.comb += [first.eq(port.first), bank.eq(first % P), row.eq(first // P)]
+            wraps = bank == P - 1
+            halves = ((bank, row, port.data.as_value()[:C * WORD], port.mask[:C], first < self.chunks),
+                      (Mux(wraps, 0, bank + 1), row + wraps, port.data.as_value()[C * WORD:], port.mask[C:],
+                       first + 1 < self.chunks))
+            touch = Signal(P, name=f"{name}_touch")
+            m.d.comb += [touch[b].eq(port.en & (((halves[0][0] == b) & (halves[0][3] != 0))
+                                                | ((halves[1][0] == b) & (halves[1][3] != 0)))) for b in range(P)]
+            parts.append(halves)
+            touches.append(touch)
+        readies = self._grants(m, touches, [getattr(self, n).urgent for n in self.row_writes], name="row_write")
+        for port, ready in zip((getattr(self, name) for name in self.row_writes), readies):
+            m.d.comb += port.ready.eq(ready)
+        for b in range(P):
+            addr, value, enables = 0, 0, 0
+            for halves, ready, touch in zip(parts, readies, touches):
+                for hb, hrow, hdata, hmask, inside in halves:
+                    mine = ready & touch[b] & (hb == b)
+                    addr, value = Mux(mine, hrow, addr), Mux(mine, hdata, value)
+                    enables = Mux(mine, Mux(inside, hmask, 0), enables)
+            wp = mems[b].write_port(granularity=1)
+            m.d.comb += [wp.addr.eq(addr), wp.data.eq(value), wp.en.eq(enables)]
 
     def _tile_port(self, m: Module, mems: list, name: str, lanes: int, width: int):
         """One read port per memory shared by the lanes of a TileReadPort. Each lane needs its first chunk,
@@ -222,17 +325,25 @@ def tile_read_cycles(starts: np.ndarray, enabled: np.ndarray, words: int, chunk:
     return np.maximum(np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1).max(axis=-1), 1)
 
 
+PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort)
+"""The kinds of buffer port a unit may ask for."""
+
+
 class Buffers(wiring.Component):
     """ABUF (`abuf_words`) and WBUF (`wbuf_words`), sized from `cfg`, with the ports in `ports`: member
-    name -> (Space.ABUF or Space.WBUF, ReadPort(w), WritePort(w) or TileReadPort(lanes, w)), each member
-    facing the unit that drives it. Write ports listed later take precedence on the same word."""
+    name -> (Space.ABUF or Space.WBUF, one of `PORT_KINDS`), each member facing the unit that drives it.
+    Write ports listed later take precedence on the same word; the SharedReadPorts and the RowWritePorts of
+    a buffer each form one group, granted in the order listed."""
 
     def __init__(self, cfg: ArchConfig, ports: dict):
         self.cfg = cfg
         self.ports = dict(ports)
         for name, (space, sig) in self.ports.items():
-            if space not in (Space.ABUF, Space.WBUF) or not isinstance(sig, (ReadPort, WritePort, TileReadPort)):
+            if space not in (Space.ABUF, Space.WBUF) or not isinstance(sig, PORT_KINDS):
                 raise ValueError(f"buffer port {name!r}: {space} {sig!r} is not an ABUF/WBUF read, write or tile port")
+            if isinstance(sig, RowWritePort) and sig.chunk != cfg.buffer_chunk_words:
+                raise ValueError(f"buffer port {name!r}: {sig!r} does not write the buffers' "
+                                 f"{cfg.buffer_chunk_words}-word chunks")
         self.chunk, self.banks = cfg.buffer_chunk_words, cfg.buffer_banks
         super().__init__({name: In(sig) for name, (space, sig) in self.ports.items()})
 
@@ -243,7 +354,9 @@ class Buffers(wiring.Component):
             buf = BankedBuffer(words, chunk=self.chunk, banks=self.banks,
                                reads={n: s.words for n, s in mine.items() if isinstance(s, ReadPort)},
                                writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
-                               tiles={n: (s.lanes, s.words) for n, s in mine.items() if isinstance(s, TileReadPort)})
+                               tiles={n: (s.lanes, s.words) for n, s in mine.items() if isinstance(s, TileReadPort)},
+                               shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
+                               row_writes=tuple(n for n, s in mine.items() if isinstance(s, RowWritePort)))
             m.submodules[space.name.lower()] = buf
             for name in mine:
                 wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(buf, name))

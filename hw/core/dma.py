@@ -7,10 +7,12 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
     off chip job generator ── row jobs (X words [lo, hi), buffer address = X word + delta) ──▶
                PortEngine hbm0 .. hbm{C-1}, host: each takes the part of a job that lies in its memory (hw/hbm.py),
                as INCR bursts of up to 256 beats that stay in a 4 KiB page, up to hbm_outstanding in flight
-               ├─▶ LOAD / GATHER: R beats ─▶ shifted to the job's first word ─▶ its own ABUF/WBUF write port
+               ├─▶ LOAD / GATHER: R beats ─▶ merged into whole rows ─▶ the engines' shared ABUF/WBUF write port
                ├─▶ LOAD transposed: R beats ─▶ (one engine a cycle) ─▶ the P x P tile ─▶ columns ─▶ dst
                ├─▶ GATHER indices from HOST: R beats ─▶ index FIFO ─▶ one table-row job per index
-               └─▶ STORE: its own ABUF read port ─▶ W beats (wstrb for partial beats); B responses counted
+               └─▶ STORE: the engines' shared ABUF read port ─▶ W beats (wstrb for partial beats); B counted
+    The engines share one write port per buffer memory (RowWritePort) and one ABUF read port per memory
+    (SharedReadPort); the buffers grant first the engines that moved fewer beats than the leader.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, RowWritePort,
+                         SharedReadPort, WritePort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 
@@ -68,12 +71,16 @@ class PortEngine(wiring.Component):
     Takes row jobs (`JobLayout`) from `job` (a FIFO of `job_depth`), keeps the part of each that lies in its
     memory (a contiguous range of its local words), and moves it as INCR bursts of up to AXI_MAX_BURST beats
     that never cross a 4 KiB page, up to `outstanding` bursts in flight (one AXI ID: responses in order).
-    Reads: each beat is shifted so that its first wanted word is lane 0 and written `data_latency` cycles
-    after its R handshake to the target's write port (ABUF, WBUF) or offered on `beats`. Writes: each beat's
-    words are read from ABUF (`from_abuf`, one cycle), shifted into place, and sent with wstrb covering just
-    the job's words. An SLVERR/DECERR response pulses `bus_error`. With `abort` it drops its queued jobs and
-    writes nothing more, finishes the bursts in flight, and drops `busy`. Throughput: one beat per cycle, and
-    one job per cycle (a job without words in this memory costs one cycle). Latency: `request_cycles` from a
+    Reads: each beat is shifted so that its first wanted word is lane 0, then merged into whole buffer rows
+    (`_rows`): a row is written through the target's RowWritePort (ABUF, WBUF) once the beat completes it,
+    `data_latency` cycles after the R handshake when granted, and the beat waits in its register (`rready` low)
+    until then; or the beat is offered on `beats`. Writes: each beat's words are read from ABUF (`from_abuf`,
+    a SharedReadPort: the fetch waits for its grant), shifted into place, and sent with wstrb covering just the
+    job's words. `moved` counts the beats moved since `restart`; `behind` (from the unit: fewer than the
+    leader's) makes its buffer requests urgent. An SLVERR/DECERR response pulses `bus_error`. With `abort` it
+    drops its queued jobs and writes nothing more, finishes the bursts in flight, and drops `busy`. Throughput: one beat per cycle, and
+    one job per cycle (a job without words in this memory costs one cycle), when its buffer requests are
+    granted (scripts/bank_conflicts.py counts what the grants cost). Latency: `request_cycles` from a
     job to its first request, `data_latency` from an R beat to its write, `fetch_cycles` from a write request
     to its first W beat.
 
@@ -103,10 +110,13 @@ class PortEngine(wiring.Component):
         self.cfg, self.channel = cfg, channel
         self.beat_words = cfg.hbm_port_bits // WORD
         self.outstanding = cfg.hbm_outstanding
+        self.chunk = cfg.buffer_chunk_words
         B = self.beat_words
         super().__init__({"job": In(stream.Signature(JobLayout)), "abort": In(1), "busy": Out(1),
+                          "restart": In(1), "moved": Out(ADDRESS_BITS), "behind": In(1),
                           "bus_error": Out(1), "base": In(AXI_ADDRESS_BITS), "axi": Out(Axi4(cfg.hbm_port_bits)),
-                          "to_abuf": Out(WritePort(B)), "to_wbuf": Out(WritePort(B)), "from_abuf": Out(ReadPort(B)),
+                          "to_abuf": Out(RowWritePort(self.chunk)), "to_wbuf": Out(RowWritePort(self.chunk)),
+                          "from_abuf": Out(SharedReadPort(B)),
                           "beats": Out(stream.Signature(beat_layout(B)))})
 
     def _word_of(self, local):
@@ -127,6 +137,39 @@ class PortEngine(wiring.Component):
         mask = Signal(B, name=f"{name}_mask")
         m.d.comb += [mask[lane].eq((lane >= lo_off) & (lane < hi_off)) for lane in range(B)]
         return local, lo_off, mask
+
+    def _rows(self, m: Module, stage, rows_taken):
+        """The beat in `stage` merged into whole buffer rows: a chunk the beat fills up to its last word, or
+        the chunk it leaves when the job's words do not continue (`stage.ends`), is written (through `to_abuf`
+        or `to_wbuf`, whose grant takes the beat: `rows_taken`); the words of a chunk the next beat continues
+        are held and written with it. So a sequential transfer writes each chunk once, in one grant."""
+        K, B = self.chunk, self.beat_words
+        lk = _log2(K)
+        held = Signal(data.StructLayout({"valid": 1, "data": data.ArrayLayout(WORD, K), "mask": K}))
+        offset = stage.addr[:lk] if lk else 0
+        window, spread = Signal(2 * K * WORD), Signal(2 * K)
+        m.d.comb += [window.eq(Cat(stage.data.as_value(), Const(0, (2 * K - B) * WORD)) << (offset * WORD)),
+                     spread.eq(Cat(stage.mask, Const(0, 2 * K - B)) << offset)]
+        row0 = Signal(data.ArrayLayout(WORD, K))
+        m.d.comb += [row0[i].eq(Mux(spread[i], window.word_select(i, WORD), held.data[i])) for i in range(K)]
+        mask0 = spread[:K] | Mux(held.valid, held.mask, 0)
+        full = spread[K - 1] | stage.ends              # the first chunk gets no more words from this engine
+        write = Signal(2 * K)
+        m.d.comb += write.eq(Cat(Mux(full, mask0, 0), Mux(stage.ends, spread[K:], 0)))
+        writing = stage.valid & (stage.target != Target.STREAM) & ~self.abort
+        for port, target in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
+            m.d.comb += [port.en.eq(writing & (stage.target == target) & (write != 0)), port.first.eq(stage.addr >> lk),
+                         port.data.eq(Cat(row0, window[K * WORD:])), port.mask.eq(write)]
+        granted = Mux(stage.target == Target.WBUF, self.to_wbuf.ready, self.to_abuf.ready)
+        m.d.comb += rows_taken.eq((write == 0) | granted)
+        with m.If(self.abort):
+            m.d.sync += held.valid.eq(0)
+        with m.Elif(writing & rows_taken):
+            with m.If(~full):
+                m.d.sync += [held.valid.eq(1), held.data.eq(row0), held.mask.eq(mask0)]
+            with m.Else():
+                m.d.sync += [held.valid.eq(~stage.ends & (spread[K:] != 0)), held.data.eq(window[K * WORD:]),
+                             held.mask.eq(spread[K:])]
 
     def elaborate(self, platform):
         m = Module()
@@ -201,27 +244,33 @@ class PortEngine(wiring.Component):
                          cur.delta.eq(head.delta), cur.lo.eq(llo), cur.hi.eq(lhi),
                          cur.next.eq(llo & ~(B - 1))]
 
-        # --- reads: R beats -> shifted to lane 0 -> the write register -> ABUF, WBUF or `beats` -------------------
+        # --- reads: R beats -> shifted to lane 0 -> the write register -> rows of ABUF, WBUF, or `beats` ------------
         rhead = burst(reads.r_data)
         r_index = Signal(8)
         r_local, r_off, r_mask = self._lanes(m, rhead, r_index, name="r")
-        stage = Signal(data.StructLayout({"valid": 1, "target": Target, "addr": ADDRESS_BITS,
+        stage = Signal(data.StructLayout({"valid": 1, "target": Target, "addr": ADDRESS_BITS, "ends": 1,
                                           "data": data.ArrayLayout(WORD, B), "mask": B}))
-        taken = (stage.target != Target.STREAM) | self.beats.ready | self.abort
+        rows_taken = Signal()
+        taken = Mux(stage.target == Target.STREAM, self.beats.ready, rows_taken) | self.abort
         m.d.comb += axi.rready.eq(reads.r_rdy & (~stage.valid | taken))
         r_error = axi.rresp[1]
+        # the job's words continue in the next local beat, at the next buffer word, unless the job ends in this
+        # beat or the beat ends an interleave granule (the channel's next granule lies elsewhere)
+        ends = rhead.hi - r_local <= B
+        if self.channel is not None and cfg.hbm_interleave_words > B:
+            ends = ends | (r_local[lb:_log2(cfg.hbm_interleave_words)] == (cfg.hbm_interleave_words // B) - 1)
+        elif self.channel is not None:
+            ends = Const(1)
         with m.If(axi.rvalid & axi.rready):
             last = r_index == rhead.beats - 1
             m.d.sync += r_index.eq(Mux(last, 0, r_index + 1))
             m.d.comb += reads.r_en.eq(last)
             m.d.sync += [stage.valid.eq(~r_error & ~self.abort), stage.target.eq(rhead.target),
-                         stage.addr.eq(self._word_of(r_local) + r_off + rhead.delta),
+                         stage.addr.eq(self._word_of(r_local) + r_off + rhead.delta), stage.ends.eq(ends),
                          stage.data.eq(axi.rdata >> (r_off * WORD)), stage.mask.eq(r_mask >> r_off)]
         with m.Elif(taken):
             m.d.sync += stage.valid.eq(0)
-        for port, target in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
-            m.d.comb += [port.en.eq(stage.valid & (stage.target == target) & ~self.abort), port.addr.eq(stage.addr),
-                         port.data.eq(stage.data), port.mask.eq(stage.mask)]
+        self._rows(m, stage, rows_taken)
         m.d.comb += [self.beats.valid.eq(stage.valid & (stage.target == Target.STREAM) & ~self.abort),
                      self.beats.payload.addr.eq(stage.addr), self.beats.payload.data.eq(stage.data),
                      self.beats.payload.mask.eq(stage.mask)]
@@ -235,7 +284,8 @@ class PortEngine(wiring.Component):
         w_depth = 4
         m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=w_beat.size, depth=w_depth)
         fetched = Signal(data.StructLayout({"valid": 1, "off": range(B), "strb": 2 * B, "last": 1}))
-        fetch = writes.r_rdy & (w_fifo.level + fetched.valid < w_depth)
+        m.d.comb += self.from_abuf.en.eq(writes.r_rdy & (w_fifo.level + fetched.valid < w_depth))
+        fetch = self.from_abuf.en & self.from_abuf.ready
         with m.If(fetch):
             last = w_index == whead.beats - 1
             m.d.sync += w_index.eq(Mux(last, 0, w_index + 1))
@@ -249,6 +299,10 @@ class PortEngine(wiring.Component):
         m.d.comb += [axi.wvalid.eq(w_fifo.r_rdy), axi.wdata.eq(w_out.data), axi.wstrb.eq(w_out.strb),
                      axi.wlast.eq(w_out.last), w_fifo.r_en.eq(axi.wready)]
 
+        # beats moved between the buffers and this memory since `restart`: the unit marks the engines behind the
+        # one that moved most `behind`, and the buffers grant those first (urgent), which keeps the engines in step
+        m.d.sync += self.moved.eq(Mux(self.restart, 0, self.moved + ((stage.valid & taken) | fetch)))
+        m.d.comb += [port.urgent.eq(self.behind) for port in (self.to_abuf, self.to_wbuf, self.from_abuf)]
         m.d.comb += [self.bus_error.eq((axi.rvalid & axi.rready & r_error) | (axi.bvalid & axi.bresp[1])),
                      self.busy.eq(jobs.r_rdy | cur.valid | ar.valid | aw.valid | reads.r_rdy | stage.valid
                                   | (writes_open != 0))]
@@ -265,14 +319,17 @@ class DMAUnit(wiring.Component):
     (hw/core/axi.py), and the inputs `hbm_base` (a byte base per channel: channel c's local word w is at
     hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
     are multiples of the beat. Buffer ports: `abuf_src`, `abuf_dst`, `wbuf_dst` (vector_width words: the
-    on-chip copies and the transpose tile's columns), and per AXI port p `p_to_abuf`, `p_to_wbuf`,
-    `abuf_to_p` (beat-wide: hbm_port_bits / 16 words).
+    on-chip copies and the transpose tile's columns), and per AXI port p `p_to_abuf`, `p_to_wbuf`
+    (RowWritePorts of the buffers' chunk) and `abuf_to_p` (a SharedReadPort of a beat: hbm_port_bits / 16
+    words), each kind one group that shares a port per memory.
 
     How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
     cycle (a row of the off-chip block with the buffer address of its first word), broadcast to the HBM
     engines or given to the host engine (`PortEngine`); each engine moves its part in full-length bursts with
-    hbm_outstanding in flight, into or out of its own buffer ports, so a long sequential LOAD runs every
-    HBM port at one beat per cycle. GATHER: one table-row job per index (indices from ABUF at one per two
+    hbm_outstanding in flight, into or out of the buffers through the shared ports, so a long sequential LOAD
+    runs every HBM port at one beat per cycle while the grants allow (one row per memory per cycle: the
+    engines behind the leader go first, which keeps them in step; on the compiled programs at the HBM's
+    sustained rate the grants cost about 1 % of the DMA's cycles on decode, scripts/bank_conflicts.py). GATHER: one table-row job per index (indices from ABUF at one per two
     cycles, or streamed from the host). Transposed LOAD from HBM/HOST: the on-chip transposed copy with its
     tile filled by jobs, one beat per cycle from whichever engine (P source rows of up to P words, then P
     columns drained). Transposed STORE: one job per word (one word per cycle).
@@ -315,9 +372,9 @@ class DMAUnit(wiring.Component):
         self.buffer_ports = {"abuf_src": (Space.ABUF, ReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P)),
                              "wbuf_dst": (Space.WBUF, WritePort(P))}
         for port in self.ports:
-            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, WritePort(B)),
-                                      f"{port}_to_wbuf": (Space.WBUF, WritePort(B)),
-                                      f"abuf_to_{port}": (Space.ABUF, ReadPort(B))})
+            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
+                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words)),
+                                      f"abuf_to_{port}": (Space.ABUF, SharedReadPort(B))})
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           **{port: Out(Axi4(cfg.hbm_port_bits)) for port in self.ports},
@@ -430,6 +487,10 @@ class DMAUnit(wiring.Component):
             wiring.connect(m, engine.to_wbuf, wiring.flipped(getattr(self, f"{port}_to_wbuf")))
             wiring.connect(m, engine.from_abuf, wiring.flipped(getattr(self, f"abuf_to_{port}")))
             m.d.comb += engine.base.eq(self.hbm_base[index] if index < C else self.host_base)
+        level = [engine.moved for engine in engines]       # the most any engine moved: a tree of maxima
+        while len(level) > 1:
+            level = [Mux(a > b, a, b) for a, b in zip(level[::2], level[1::2])] + level[len(level) // 2 * 2:]
+        m.d.comb += [engine.behind.eq(engine.moved < level[0]) for engine in engines]
 
         held = Signal(IssueLayout)
         r = resolve(m, held)
@@ -522,6 +583,7 @@ class DMAUnit(wiring.Component):
         with m.FSM():
             accept_states(m, self, held, cycles)
             with m.State("CHECK"):
+                m.d.comb += [engine.restart.eq(1) for engine in engines]
                 n_chunks = (n + P - 1) >> lp
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks),
                              expected.eq(Mux(transpose, ((rows + P - 1) >> lp) * n, rows * n_chunks)),

@@ -11,6 +11,8 @@
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
 * `TileReadPort(lanes, words)`: `lanes` reads at once through one memory port per bank, which may take
   several cycles (`ready`); the matrix unit's weight tiles.
+* `SharedReadPort(words)` / `RowWritePort(chunk)`: requesters of a group that shares one read (write)
+  port per memory, granted in priority order (`ready`); the DMA engines' beats.
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from
 `isa.OPCODES`, so no field width, opcode number or space code is restated here.
@@ -123,6 +125,45 @@ class TileReadPort(wiring.Signature):
 
     def __repr__(self):
         return f"TileReadPort({self.lanes}, {self.words})"
+
+
+class SharedReadPort(wiring.Signature):
+    """A `words`-wide read at any word address through the buffer's one read port per memory, which a group
+    of requesters shares in priority order: `data[i]` = buffer[addr + i], READ_LATENCY after the cycle in
+    which `en` and `ready` are high. `ready`: no requester granted before it reads one of the (one or two)
+    memories the read touches this cycle (the `urgent` ones first, each class in the group's order); the
+    requester holds `addr` and `en` until then."""
+
+    def __init__(self, words: int):
+        self.words = words
+        super().__init__({"addr": Out(ADDRESS_BITS), "en": Out(1), "urgent": Out(1), "ready": In(1),
+                          "data": In(data.ArrayLayout(WORD, words))})
+
+    def __eq__(self, other):
+        return type(other) is SharedReadPort and other.words == self.words
+
+    def __repr__(self):
+        return f"SharedReadPort({self.words})"
+
+
+class RowWritePort(wiring.Signature):
+    """A write into two consecutive chunks of `chunk` words, `first` and `first` + 1, through the buffer's
+    one write port per memory, which a group of requesters shares in priority order: word chunk * first + i
+    (i < 2 * chunk) takes data[i] where mask[i], in the cycle in which `en` and `ready` are high. `ready`: no
+    requester granted before it writes one of the memories of the chunks with a mask bit set this cycle (the
+    `urgent` ones first, each class in the group's order); the requester holds the request until then. Whole rows are what the memories write at once, so a
+    requester that merges its words into rows before asking needs the fewest grants."""
+
+    def __init__(self, chunk: int):
+        self.chunk = chunk
+        super().__init__({"first": Out(ADDRESS_BITS), "data": Out(data.ArrayLayout(WORD, 2 * chunk)),
+                          "mask": Out(2 * chunk), "en": Out(1), "urgent": Out(1), "ready": In(1)})
+
+    def __eq__(self, other):
+        return type(other) is RowWritePort and other.chunk == self.chunk
+
+    def __repr__(self):
+        return f"RowWritePort({self.chunk})"
 
 
 def latency_of(component) -> int:
