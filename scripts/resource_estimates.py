@@ -11,8 +11,9 @@ out/core_estimates.json): the on-chip DMA is synthesised whole; the matrix and v
 from their parts (a whole u280 unit is hours of Yosys: one 64-wide MAC tree alone takes about five
 minutes), each part synthesised at its u280 width and counted as many times as the unit instantiates it,
 plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
-counted, not synthesised: every port is its own memory port, so every read port is a full copy of the
-buffer's memories (one 16-bit column per bank), mapped to URAM288 (4K x 72) or RAMB36 (2K x 18).
+counted, not synthesised (`buffer_estimate`): each read port outside a group that shares one port per memory
+is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
+URAM288 (4K x 72) or RAMB36 (512 x 72).
 """
 from __future__ import annotations
 

@@ -68,17 +68,21 @@ class Piece:
 
 
 def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, slot_words: int,
-               align: int, hbm_region: str = "layer weights", spans: tuple | None = None) -> int:
-    """Cuts one weight slice (`ncols` columns of k words, + bias, at HBM word hbm_at) into pieces that fit a
+               align: int, hbm_region: str = "layer weights", spans: tuple | None = None, piece_align: int = 1) -> int:
+    """Cuts one weight slice (`ncols` columns of k words, + bias, from HBM word hbm_at) into pieces that fit a
     weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces` and
-    returns the HBM word after the slice. A load never holds two slices, so its slot frees as soon as the
-    slice's matrix work is done, whatever the next slice waits for."""
+    returns the HBM word after the slice. Each piece starts at a multiple of `piece_align` words (the pieces
+    of a slice are consecutive, with at most piece_align - 1 words between them). A load never holds two
+    slices, so its slot frees as soon as the slice's matrix work is done, whatever the next slice waits for."""
     column_words = k + bias
     layer, index, col = origin
+    at = hbm_at
     for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
         if b > a:
-            pieces.append(Piece(hbm_at + a * column_words, b - a, k, bias, (layer, index, col + a), hbm_region))
-    return hbm_at + ncols * column_words
+            at = align_up(at, piece_align)
+            pieces.append(Piece(at, b - a, k, bias, (layer, index, col + a), hbm_region))
+            at += (b - a) * column_words
+    return at
 
 
 class WeightStream:
@@ -142,7 +146,10 @@ class CardBuilder:
     def _layout(self) -> None:
         ctx, dims, tmax = self.ctx, self.ctx.dims, self.ctx.max_context
         d = dims.n_embd
-        m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, ctx.config.hbm_port_bits // 16)
+        # regions and weight pieces start on a buffer chunk (and an HBM beat): a LOAD whose HBM and buffer words
+        # agree modulo the chunk lets the DMA engines write whole buffer rows (hw/core/dma.py, PortEngine._rows)
+        chunk = max(ctx.config.hbm_port_bits // 16, ctx.config.buffer_chunk_words)
+        m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, chunk)
         self.wte = m.alloc("wte", dims.vocab_size * d, "weights")
         self.wpe = m.alloc("wpe", tmax * d, "weights")
         self.ln = m.alloc("layernorm", dims.n_layer * 4 * d + 2 * d, "weights")
@@ -153,7 +160,7 @@ class CardBuilder:
         for layer in range(dims.n_layer):
             for index in range(len(LAYER_SLICES)):
                 at = pack_slice(self.pieces, at, len(self.columns[index]), self.inputs[index], True,
-                                (layer, index, 0), slot_words, align, spans=gathered.get(index))
+                                (layer, index, 0), slot_words, align, spans=gathered.get(index), piece_align=chunk)
         self.stream_words = at - self.stream_start
         m.alloc("layer weights", self.stream_words, "weights")
         vocab = self.v1 - self.v0

@@ -48,7 +48,7 @@ class Region:
 
 @dataclass
 class HbmMap:
-    """A card's HBM, allocated bottom-up in regions aligned to one HBM beat."""
+    """A card's HBM, allocated bottom-up in regions that start on multiples of `align` words."""
     card: int
     capacity_words: int
     align: int

@@ -329,7 +329,8 @@ class DMAUnit(wiring.Component):
     hbm_outstanding in flight, into or out of the buffers through the shared ports, so a long sequential LOAD
     runs every HBM port at one beat per cycle while the grants allow (one row per memory per cycle: the
     engines behind the leader go first, which keeps them in step; on the compiled programs at the HBM's
-    sustained rate the grants cost about 1 % of the DMA's cycles on decode, scripts/bank_conflicts.py). GATHER: one table-row job per index (indices from ABUF at one per two
+    sustained rate the grants cost 1 to 2 % of the DMA's cycles on decode, scripts/bank_conflicts.py; a
+    transfer whose HBM and buffer words differ modulo the chunk writes more rows and costs more). GATHER: one table-row job per index (indices from ABUF at one per two
     cycles, or streamed from the host). Transposed LOAD from HBM/HOST: the on-chip transposed copy with its
     tile filled by jobs, one beat per cycle from whichever engine (P source rows of up to P words, then P
     columns drained). Transposed STORE: one job per word (one word per cycle).

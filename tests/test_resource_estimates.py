@@ -1,0 +1,15 @@
+"""scripts/resource_estimates.py: the buffers' memory count at u280, by hand (no synthesis)."""
+from ringgpt.hw.config import get_config
+
+
+def test_buffer_copies_count_each_shared_group_once(load_script):
+    buffers = load_script("resource_estimates").buffer_estimate(get_config("u280"))
+    # a copy: 17 memories of 64-word rows, 1,024 bits = 15 URAM columns of 72 bits, one URAM deep
+    # (ABUF 2 M words: 1,928 rows; WBUF 4 M: 3,856 rows of the URAM's 4,096)
+    assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
+                                                                                      "WBUF": (255, 3856)}
+    # ABUF: the matrix unit's x, bias and tile ports, the vector unit's 3, the router's, the on-chip DMA's and
+    # the 33 engines' SharedReadPorts as one; WBUF: the tile and bias ports
+    assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (9, 2)
+    assert (len(buffers["ABUF"]["write_ports"]), len(buffers["WBUF"]["write_ports"])) == (6, 2)
+    assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 2805
