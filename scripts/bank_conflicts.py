@@ -15,6 +15,9 @@ benchmark times (decode at position 128, and a 128-token prompt) under three ban
 * `prime`: bank = c mod 17 (what hw/core/buffers.py builds: ArchConfig.buffer_banks, the smallest prime above
   mpu_lanes; its stalls are what the cycle model charges).
 
+The vector unit reads its operands (src1, src2, aux) the same way, as the lanes of one TileReadPort on ABUF: it
+prints the stalls that adds (cycle_model.vector_stall_cycles, which the cycle model charges).
+
 It prints, per program, the matrix unit's busy cycles (sim/cycle_model.instruction_cost, with the `prime` stalls)
 and the stall cycles each banking would add, with the compiler's layouts as they are (weights column-major at
 stride k in WBUF slots, keys at their stride, V^T at the maximum context).
@@ -44,7 +47,7 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
-from ringgpt.sim.cycle_model import instruction_cost, weight_beat_cycles
+from ringgpt.sim.cycle_model import instruction_cost, vector_operands, vector_stall_cycles, weight_beat_cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (("gpt2", 1), ("gpt2-355m", 1), ("gpt2-774m", 2), ("gpt2-1.5b", 4))
@@ -64,9 +67,14 @@ def compiled_run(name: str, cards: int, pos: int, rows: int):
 
 
 def program_figures(cfg, run) -> dict:
-    out = {"matrix_cycles": 0, **{scheme: 0 for scheme in SCHEMES}}
+    """The matrix unit's busy cycles and the weight stalls of each banking; the vector unit's busy cycles and
+    the stalls of its operands' shared read port (cycle_model.vector_stall_cycles, in its busy cycles)."""
+    out = {"matrix_cycles": 0, **{scheme: 0 for scheme in SCHEMES}, "vector_cycles": 0, "vector_stalls": 0}
     cache: dict = {}
     for r in run:
+        if r is not None and OPCODES[r.op].unit is Unit.VECTOR and r.rows and r.n:
+            out["vector_cycles"] += instruction_cost(r, cfg).cycles
+            out["vector_stalls"] += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg)
         if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
             continue
         out["matrix_cycles"] += instruction_cost(r, cfg).cycles
@@ -182,6 +190,10 @@ def main(argv=None) -> int:
             f = report[label] = program_figures(*runs[label])
             print(f"{label:34}{f['matrix_cycles']:>15,}"
                   + "".join(f"{f[s]:>9,} ({100 * f[s] / f['matrix_cycles']:>3.0f}%)" for s in SCHEMES), flush=True)
+    print(f"\nThe vector unit's operands through one read port per memory: stalls in its busy cycles")
+    print(f"{'program':34}{'vector cycles':>15}{'stalls':>18}")
+    for label, f in report.items():
+        print(f"{label:34}{f['vector_cycles']:>15,}{f['vector_stalls']:>10,} ({100 * f['vector_stalls'] / max(f['vector_cycles'], 1):>4.1f}%)")
     if not args.no_dma:
         print(f"\nDMA engines' grants (HBM <-> ABUF/WBUF LOADs and STOREs): extra cycles over conflict-free memories")
         print(f"{'program':34}{'transfers':>10}{'cycles, 1 beat/cycle':>24}{'extra':>14}{'cycles, HBM rate':>20}{'extra':>14}")

@@ -81,6 +81,37 @@ def weight_stall_cycles(phase: int, stride: int, n: int, k: int, cfg: ArchConfig
     return int((weight_beat_cycles(phase, stride, n, k, cfg) - 1).sum())
 
 
+@functools.lru_cache(maxsize=4096)
+def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig) -> int:
+    """Cycles the vector unit stalls while its operands are read (hw/core/vector.py): for each chunk t of
+    each row r, its ABUF operands (`operands`: (address, stride, row scalar) of src1 and of src2 and aux
+    when in ABUF) share one TileReadPort, vector_width words at address + r * stride + t * vector_width
+    (a row scalar: its one word at address + r * stride); the sum of tile_read_cycles - 1."""
+    if len(operands) < 2:
+        return 0
+    from ringgpt.hw.core.buffers import tile_read_cycles
+    V = cfg.vector_width
+    r, t = np.meshgrid(np.arange(rows), np.arange(_ceil_div(n, V)), indexing="ij")
+    starts = np.stack([base + r * stride + (0 if scalar else t * V) for base, stride, scalar in operands], axis=-1)
+    words = np.array([1 if scalar else V for _, _, scalar in operands])
+    cycles = tile_read_cycles(starts, np.ones(starts.shape, bool), words, cfg.buffer_chunk_words, cfg.buffer_banks)
+    return int((cycles - 1).sum())
+
+
+def vector_operands(r: Resolved, cfg: ArchConfig) -> tuple:
+    """The ABUF operands a vector instruction reads, as vector_stall_cycles takes them: (address, stride, row
+    scalar), the addresses moved down together by whole periods of the memories (chunk x banks words), which
+    keeps each chunk's memory and which chunks are the same."""
+    out = [(r.src1[1], r.src1_stride, False)]
+    for name, flag in (("src2", "src2_row_scalar"), ("aux", "aux_row_scalar")):
+        space, address = getattr(r, name)
+        if space is Space.ABUF:
+            out.append((address, getattr(r, f"{name}_stride"), bool(getattr(r.flags, flag, 0))))
+    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    down = min(address for address, _, _ in out) // period * period
+    return tuple((address - down, stride, scalar) for address, stride, scalar in out)
+
+
 _VECTOR_SUMS = (Opcode.VSUM, Opcode.VDOT)
 
 
@@ -110,6 +141,8 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         else:
             issue = r.rows * chunks
             tail = t["latency"]["max" if r.op is Opcode.VMAX else "elementwise"]
+        if issue:   # chunks whose operands share a buffer memory stall (vector_stall_cycles)
+            issue += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.DMA:
         spaces = (r.dst[0], r.src1[0])

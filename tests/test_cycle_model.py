@@ -51,6 +51,20 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
      (Unit.MATRIX, 4 + 2 + 2 * 3 + 41, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
      (Unit.MATRIX, 4 + 2 + 2 * 1 + 41, 0, 0, 0), "matrix"),
+    # vector operands in one memory (5 memories of 8-word chunks, a period of 40 words): src2 40 words after src1
+    # puts each chunk's two reads in one memory, 1 stall a chunk; 8 words after, never; unaligned, chunks t, t + 1
+    # and 5 + t, 6 + t: 1 stall (2 distinct chunks in each of 2 memories); a row scalar at 40 meets chunk 0 only,
+    # at 3 it is in src1's own chunk 0 (one read serves both)
+    (Resolved(Opcode.VADD, rows=1, n=16, src1=(Space.ABUF, 0), src2=(Space.ABUF, 40)),
+     (Unit.VECTOR, 4 + 2 + 2 + 10, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VADD, rows=1, n=16, src1=(Space.ABUF, 0), src2=(Space.ABUF, 8)),
+     (Unit.VECTOR, 4 + 2 + 10, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VADD, rows=1, n=16, src1=(Space.ABUF, 4), src2=(Space.ABUF, 44)),
+     (Unit.VECTOR, 4 + 2 + 2 + 10, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VSUB, rows=1, n=16, src1=(Space.ABUF, 0), src2=(Space.ABUF, 40), flags=Flags(src2_row_scalar=1)),
+     (Unit.VECTOR, 4 + 2 + 1 + 10, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VSUB, rows=1, n=16, src1=(Space.ABUF, 0), src2=(Space.ABUF, 3), flags=Flags(src2_row_scalar=1)),
+     (Unit.VECTOR, 4 + 2 + 10, 0, 0, 0), "vector"),
     # DMA off chip (tests/test_hbm_model.py has one test per effect): the RTL unit's count, accept, check,
     # drain-detect, done (4) + the first job (1) + first beat to last + the request (3), latency (32) and write
     # register (1), the latency now unit time. 4 rows of 100 words all at word 0: 4 bursts of 224 B on channel 0,

@@ -102,10 +102,11 @@ def test_banked_buffer_refuses_bad_geometry():
 
 def test_tile_port_reads_every_lane_in_the_counted_cycles():
     """A TileReadPort of 4 lanes x 8 words over 5 banks: lane addresses a stride apart (0, one chunk, a
-    multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables; the
-    request is held until `ready`, the cycles it took equal tile_read_cycles, and every enabled lane's
-    words arrive the cycle after. Fails if a part were served from the wrong row or bank, the second
-    chunk skipped, or `ready` raised early (each was checked by breaking it)."""
+    multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables and
+    `single` lanes (one word wanted); the request is held until `ready`, the cycles it took equal
+    tile_read_cycles (a single lane reading 1 word), and every enabled lane's words (a single lane's first)
+    arrive the cycle after. Fails if a part were served from the wrong row or bank, the second chunk
+    skipped, `single` ignored, or `ready` raised early (each was checked by breaking it)."""
     words, chunk, banks, lanes = 512, 8, 5, 4
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk},
                        tiles={"tile": (lanes, chunk)})
@@ -121,7 +122,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
             stride = [0, chunk, banks * chunk, int(rng.integers(1, 3 * chunk))][kind]
             base = int(rng.integers(0, words - chunk - (lanes - 1) * stride))
             starts = base + stride * np.arange(lanes)
-        return starts, rng.random(lanes) < 0.85
+        return starts, rng.random(lanes) < 0.85, rng.random(lanes) < 0.25
 
     async def testbench(ctx):
         for addr in range(0, words, chunk):
@@ -132,24 +133,26 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
             await ctx.tick()
         ctx.set(buf.fill.en, 0)
         for _ in range(300):
-            starts, enabled = request()
+            starts, enabled, single = request()
             ctx.set(buf.tile.addr, [int(a) for a in starts])
             ctx.set(buf.tile.en, int(sum(int(e) << lane for lane, e in enumerate(enabled))))
+            ctx.set(buf.tile.single, int(sum(int(e) << lane for lane, e in enumerate(single))))
             cycles = 1
             while not ctx.get(buf.tile.ready):
                 await ctx.tick()
                 cycles += 1
             await ctx.tick()
             ctx.set(buf.tile.en, 0)
-            expected_cycles = int(tile_read_cycles(starts, enabled, chunk, chunk, banks))
+            expected_cycles = int(tile_read_cycles(starts, enabled, np.where(single, 1, chunk), chunk, banks))
             counted.append(cycles)
             if cycles != expected_cycles:
                 wrong.append(("cycles", list(starts), list(enabled), cycles, expected_cycles))
             data = ctx.get(buf.tile.data)
             for lane in range(lanes):
                 if enabled[lane]:
-                    got = [int(v) for v in data[lane]]
-                    if got != [int(v) for v in model[starts[lane]:starts[lane] + chunk]]:
+                    wanted = 1 if single[lane] else chunk
+                    got = [int(v) for v in data[lane]][:wanted]
+                    if got != [int(v) for v in model[starts[lane]:starts[lane] + wanted]]:
                         wrong.append(("data", list(starts), lane, got))
 
     sim = Simulator(buf)

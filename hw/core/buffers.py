@@ -234,7 +234,7 @@ class BankedBuffer(wiring.Component):
 
     def _tile_port(self, m: Module, mems: list, name: str, lanes: int, width: int):
         """One read port per memory shared by the lanes of a TileReadPort. Each lane needs its first chunk,
-        and the next one when its words run past it (parts 2l and 2l + 1). Each cycle every memory reads the
+        and the next one when its words run past it and it is not `single` (parts 2l and 2l + 1). Each cycle every memory reads the
         row of its lowest-numbered pending part, which serves every pending part of that chunk; `ready` when
         none remains. A part's row is kept when it arrives, so the last cycle's rows complete the tile."""
         port = getattr(self, name)
@@ -248,7 +248,7 @@ class BankedBuffer(wiring.Component):
             offset = port.addr[lane][:lc] if lc else 0
             wraps = bank == P - 1
             parts.append((port.en[lane], bank, row))
-            parts.append((port.en[lane] & (offset + width > C), Mux(wraps, 0, bank + 1), row + wraps))
+            parts.append((port.en[lane] & ~port.single[lane] & (offset + width > C), Mux(wraps, 0, bank + 1), row + wraps))
             offsets.append(offset)
         served = Signal(2 * lanes, name=f"{name}_served")
         pending = Signal(2 * lanes, name=f"{name}_pending")
@@ -314,8 +314,8 @@ class WriteArbiter(wiring.Component):
 def tile_read_cycles(starts: np.ndarray, enabled: np.ndarray, words: int, chunk: int, banks: int,
                      bank_of=None) -> np.ndarray:
     """Cycles of TileReadPort requests (the last axis: the lanes' first words `starts`, `enabled`; each
-    lane reads `words`): the largest number of distinct chunks one bank holds, at least 1 (`bank_of(c)`:
-    a chunk's bank, by default c mod banks)."""
+    lane reads `words`, a number or one per lane: 1 for a `single` lane): the largest number of distinct
+    chunks one bank holds, at least 1 (`bank_of(c)`: a chunk's bank, by default c mod banks)."""
     first, last = starts // chunk, (starts + words - 1) // chunk
     chunks = np.concatenate([np.where(enabled, first, -1), np.where(enabled & (last != first), last, -1)], axis=-1)
     chunks = np.sort(chunks, axis=-1)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -111,14 +111,15 @@ class WritePort(wiring.Signature):
 class TileReadPort(wiring.Signature):
     """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
     `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]`, READ_LATENCY after the cycle in which
-    `ready` is high. A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c
-    distinct chunks takes c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the
-    unit holds `addr` and `en` until it is high. With no lane enabled `ready` is high."""
+    `ready` is high (only `data[l][0]` for a lane with `single[l]`: a row scalar, whose next chunk is not
+    read). A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c distinct
+    chunks takes c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit
+    holds `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high."""
 
     def __init__(self, lanes: int, words: int):
         self.lanes, self.words = lanes, words
-        super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "ready": In(1),
-                          "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
+        super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "single": Out(lanes),
+                          "ready": In(1), "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
 
     def __eq__(self, other):
         return type(other) is TileReadPort and (other.lanes, other.words) == (self.lanes, self.words)
@@ -164,6 +165,34 @@ class RowWritePort(wiring.Signature):
 
     def __repr__(self):
         return f"RowWritePort({self.chunk})"
+
+
+class Frozen:
+    """A unit whose logic stops while its tile reads wait for the buffers (`advance` low): `core`, the
+    Module to build that logic in and to wrap with `wrap` (an EnableInserter on `advance`); `seen(port)`,
+    what the frozen logic sees of a read port: the data of its last read in a cycle that advanced; `stalls`,
+    the cycles not advanced since the unit last accepted an instruction (`issue`), for Completion.cycles."""
+
+    def __init__(self, m: Module, advance, issue):
+        self.m, self.core, self.advance = m, Module(), Signal(name="advance")
+        m.d.comb += self.advance.eq(advance)
+        self.advanced = Signal(init=1)
+        m.d.sync += self.advanced.eq(self.advance)
+        self.stalls = Signal(32)
+        with m.If(issue.valid & issue.ready):
+            m.d.sync += self.stalls.eq(0)
+        with m.Elif(~self.advance):
+            m.d.sync += self.stalls.eq(self.stalls + 1)
+
+    def seen(self, port, name: str):
+        held = Signal(port.data.shape(), name=f"{name}_held")
+        value = Signal(port.data.shape(), name=f"{name}_seen")
+        self.m.d.comb += value.eq(Mux(self.advanced, port.data, held))
+        self.m.d.sync += held.eq(value)
+        return value
+
+    def wrap(self, name: str = "core") -> None:
+        self.m.submodules[name] = EnableInserter(self.advance)(self.core)
 
 
 def latency_of(component) -> int:

@@ -18,7 +18,7 @@ zero-padded past k.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,7 +34,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, TileReadPort, WritePort, block_fits,
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, ReadPort, TileReadPort, WritePort, block_fits,
                          accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
@@ -99,25 +99,12 @@ class MatrixUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()        # the read ports' holding registers and the stall count: never frozen
-        core = Module()     # everything else: frozen while a weight tile takes more than one cycle
-        advance = Signal()
-        m.d.comb += advance.eq(self.abuf_w.ready & self.wbuf_w.ready)
-        advanced = Signal(init=1)
-        m.d.sync += advanced.eq(advance)
-
-        def seen(port, name):
-            """What the frozen logic sees of a read port: the data of its last read in a cycle that advanced."""
-            held, value = Signal(port.data.shape(), name=f"{name}_held"), Signal(port.data.shape(), name=f"{name}_seen")
-            m.d.comb += value.eq(Mux(advanced, port.data, held))
-            m.d.sync += held.eq(value)
-            return value
-        x_data, w_abuf, w_wbuf = seen(self.abuf_x, "x"), seen(self.abuf_w, "w_abuf"), seen(self.wbuf_w, "w_wbuf")
-        bias_abuf, bias_wbuf = seen(self.abuf_bias, "bias_abuf"), seen(self.wbuf_bias, "bias_wbuf")
-        stalls = Signal(32)
-        with m.If(self.issue.valid & self.issue.ready):
-            m.d.sync += stalls.eq(0)
-        with m.Elif(~advance):
-            m.d.sync += stalls.eq(stalls + 1)
+        frozen = Frozen(m, self.abuf_w.ready & self.wbuf_w.ready, self.issue)
+        core = frozen.core  # everything else: frozen while a weight tile takes more than one cycle
+        x_data, w_abuf, w_wbuf = (frozen.seen(self.abuf_x, "x"), frozen.seen(self.abuf_w, "w_abuf"),
+                                  frozen.seen(self.wbuf_w, "w_wbuf"))
+        bias_abuf, bias_wbuf = frozen.seen(self.abuf_bias, "bias_abuf"), frozen.seen(self.wbuf_bias, "bias_wbuf")
+        stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = _log2(W), _log2(L)
 
@@ -286,5 +273,5 @@ class MatrixUnit(wiring.Component):
                      self.abuf_aux.mask.eq(1), self.abuf_aux.en.eq(row_end & qk)]
         with core.If(row_end & qk):
             core.d.sync += maxes.eq(maxes + 1)
-        m.submodules.core = EnableInserter(advance)(core)
+        frozen.wrap()
         return m

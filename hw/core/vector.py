@@ -10,6 +10,9 @@
       └─▶ MaxTreeCore(vector_width) ─▶ running max over the row's chunks  VMAX (numerics.reduce_max)
     ─▶ ABUF dst (vector_width words per cycle; one word per row for the reductions)
 
+The operands are the lanes of one TileReadPort on ABUF: a chunk whose operands' chunks share a buffer
+memory takes more than one cycle to read, and the unit waits, frozen (see `VectorUnit`).
+
 Order of work: elementwise ops and VMAX walk rows, and within a row chunks of vector_width
 elements, one chunk per cycle. VSUM and VDOT accumulate a row's chunks in order through the tile
 accumulator's adder loop, so they walk rows in sets of at least loop_latency (all remaining rows
@@ -34,7 +37,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, IssueLayout, ReadPort, WritePort, block_fits,
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort, block_fits,
                          accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
@@ -42,6 +45,8 @@ SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", O
 ARITH = (Opcode.VADD, Opcode.VSUB, Opcode.VMUL, Opcode.VSCALE_SHIFT)
 SUMS = (Opcode.VSUM, Opcode.VDOT)
 FP16_SIGN = 0x8000
+SOURCES = ("src1", "src2", "aux")
+"""The operands the unit reads from ABUF, lane by lane of its TileReadPort."""
 
 
 def _log2(value: int) -> int:
@@ -55,7 +60,11 @@ class VectorUnit(wiring.Component):
     add, FP16, or the special function padded to the same depth), `latency["sum"]` (read, MAC tree,
     accumulator, FP16) for VSUM/VDOT, `latency["max"]` (read, max tree) for VMAX. Throughput: one
     chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; see the module
-    docstring). Busy cycles (`Completion.cycles`) = `overhead` + issue cycles + latency.
+    docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
+    are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
+    of their chunks in one memory: buffers.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
+    read data held. Busy cycles (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the
+    stalls as sim/cycle_model.vector_stall_cycles counts them.
     """
 
     opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)
@@ -79,8 +88,8 @@ class VectorUnit(wiring.Component):
         }
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
-        self.buffer_ports = {"abuf_src1": (Space.ABUF, ReadPort(V)), "abuf_src2": (Space.ABUF, ReadPort(V)),
-                             "abuf_aux": (Space.ABUF, ReadPort(V)), "abuf_dst": (Space.ABUF, WritePort(V))}
+        self.buffer_ports = {"abuf_src": (Space.ABUF, TileReadPort(len(SOURCES), V)),
+                             "abuf_dst": (Space.ABUF, WritePort(V))}
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
 
@@ -88,7 +97,10 @@ class VectorUnit(wiring.Component):
         return self.latency["sum" if opcode in SUMS else "max" if opcode == Opcode.VMAX else "elementwise"]
 
     def elaborate(self, platform):
-        m = Module()
+        outer = Module()    # the read port's holding register and the stall count: never frozen
+        frozen = Frozen(outer, self.abuf_src.ready, self.issue)
+        m = frozen.core     # everything else: frozen while the operands' chunks share a memory
+        operands = frozen.seen(self.abuf_src, "src")
         cfg, V = self.cfg, self.width
         lv = _log2(V)
         LL = self.loop_latency
@@ -122,7 +134,7 @@ class VectorUnit(wiring.Component):
         issued_all = Signal()
         written = Signal(64)
         expected = Signal(64)
-        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1)]
+        m.d.comb += [self.status.error.eq(reported(error)), self.status.cycles.eq(cycles + 1 + frozen.stalls)]
 
         set_r, cur_r = Signal(32), Signal(32)
         remaining = Signal(32)
@@ -163,9 +175,12 @@ class VectorUnit(wiring.Component):
 
         # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
         col = t << lv
-        m.d.comb += [self.abuf_src1.addr.eq(src1 + cur_r * s1 + col),
-                     self.abuf_src2.addr.eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
-                     self.abuf_aux.addr.eq(aux + cur_r * sa + Mux(c_scalar, 0, col))]
+        port = self.abuf_src
+        m.d.comb += [port.addr[0].eq(src1 + cur_r * s1 + col), port.en[0].eq(issuing),
+                     port.addr[1].eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
+                     port.en[1].eq(issuing & (s_src2 == Space.ABUF)), port.single[1].eq(b_scalar),
+                     port.addr[2].eq(aux + cur_r * sa + Mux(c_scalar, 0, col)),
+                     port.en[2].eq(issuing & (s_aux == Space.ABUF)), port.single[2].eq(c_scalar)]
         beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
                                          "first": 1, "last": 1, "sum": 1, "max": 1}))
         # a beat carries its instruction's kind: a pipeline longer than the instruction's own still holds its
@@ -174,11 +189,9 @@ class VectorUnit(wiring.Component):
                      beat.first.eq(t == 0), beat.last.eq(last_chunk), beat.sum.eq(is_sum), beat.max.eq(is_max)]
         beat1 = pipe(m, beat, READ_LATENCY, name="beat1")
         in_n = [((beat1.t << lv) + i) < n for i in range(V)]
-        a = [self.abuf_src1.data[i] for i in range(V)]
-        b = [Mux(b_imm, inst.src2.offset[:16], Mux(b_scalar, self.abuf_src2.data[0], self.abuf_src2.data[i]))
-             for i in range(V)]
-        c = [Mux(c_imm, inst.aux.offset[:16], Mux(c_scalar, self.abuf_aux.data[0], self.abuf_aux.data[i]))
-             for i in range(V)]
+        a = [operands[0][i] for i in range(V)]
+        b = [Mux(b_imm, inst.src2.offset[:16], Mux(b_scalar, operands[1][0], operands[1][i])) for i in range(V)]
+        c = [Mux(c_imm, inst.aux.offset[:16], Mux(c_scalar, operands[2][0], operands[2][i])) for i in range(V)]
 
         # elementwise: arithmetic and special functions, all padded to elementwise_depth
         multiplies = (opcode == Opcode.VMUL) | (opcode == Opcode.VSCALE_SHIFT)
@@ -258,4 +271,5 @@ class VectorUnit(wiring.Component):
             m.d.comb += [port.data[i].eq(results[i]) for i in range(V)]
         with m.If(port.en):
             m.d.sync += written.eq(written + 1)
-        return m
+        frozen.wrap()
+        return outer

@@ -12,7 +12,8 @@ from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import OPCODES, Dim, Flags, Instruction, Opcode, Operand, Space, Unit, decode
 from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, golden, new_regs,
-                                                 random_state, register_relative)
+                                                 random_state, register_relative, resolved_of)
+from ringgpt.sim.cycle_model import vector_operands, vector_stall_cycles
 from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
 
 VECTOR_OPS = [op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR]
@@ -201,27 +202,37 @@ async def bad_instructions_raise_errors(dut):
 
 @cocotb.test()
 async def full_rate(dut):
-    """One chunk of vector_width elements per cycle: busy cycles = overhead + rows * chunks + latency
-    (VSUM/VDOT with rows >= loop_latency; a single row's sum takes loop_latency cycles per chunk)."""
+    """One chunk of vector_width elements per cycle: busy cycles = overhead + rows * chunks + stalls + latency
+    (VSUM/VDOT with rows >= loop_latency; a single row's sum takes loop_latency cycles per chunk), the stalls
+    those of the operands' chunks in one buffer memory: none for operands in distinct memories, one a chunk
+    for src2 a whole period of the memories (chunk x banks words) from src1, also as a row scalar's chunk."""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
     unit, cfg = tb.top.unit, tb.cfg
     V = cfg.vector_width
+    period = cfg.buffer_chunk_words * cfg.buffer_banks
     rng = np.random.default_rng(6)
     wrong = []
-    for op, rows, n in ((Opcode.VADD, 1, 7 * V), (Opcode.VEXP, 3, 2 * V + 1), (Opcode.VMAX, 2, 3 * V),
-                        (Opcode.VSUM, 5, 4 * V), (Opcode.VDOT, 12, 2 * V - 1), (Opcode.VSUM, 1, 4 * V)):
+    for op, rows, n, src2, stalls in ((Opcode.VADD, 1, 7 * V, 1024, 0), (Opcode.VEXP, 3, 2 * V + 1, None, 0),
+                                      (Opcode.VMAX, 2, 3 * V, None, 0), (Opcode.VSUM, 5, 4 * V, None, 0),
+                                      (Opcode.VDOT, 12, 2 * V - 1, 1024, None), (Opcode.VSUM, 1, 4 * V, None, 0),
+                                      (Opcode.VADD, 2, 3 * V, 512 + 13 * period, 2 * 3),
+                                      (Opcode.VSUB, 2, 3 * V, 512 + 13 * period, 2)):
         fields = dict(dst=abuf(0), src1=abuf(512), rows=Dim(0, rows), n=Dim(0, n), dst_stride=n, src1_stride=n)
-        if op in (Opcode.VADD, Opcode.VDOT):
-            fields.update(src2=abuf(1024), src2_stride=n)
+        if src2 is not None:
+            scalar = op is Opcode.VSUB
+            fields.update(src2=abuf(src2), src2_stride=n, flags=Flags(src2_row_scalar=int(scalar)))
         inst = Instruction.make(op, **fields)
+        modeled = vector_stall_cycles(rows, n, vector_operands(resolved_of(inst, [0] * 16), cfg), cfg)
+        if stalls is not None and modeled != stalls:
+            wrong.append(f"{inst}: the model counts {modeled} stalls, by hand {stalls}")
         cycles = await tb.check_instruction(inst, [0] * 16, random_state(rng, cfg), label="full rate")
         chunks = -(-n // V)
         issue = rows * chunks
         if op in (Opcode.VSUM, Opcode.VDOT) and rows < unit.loop_latency:
             issue = (chunks - 1) * unit.loop_latency + rows
-        expected = unit.overhead + issue + unit.latency_of(op)
+        expected = unit.overhead + issue + modeled + unit.latency_of(op)
         if cycles != expected:
             wrong.append(f"{inst}: {cycles} busy cycles, expected {expected}")
     tb.save_records(bench.args().get("record"))
