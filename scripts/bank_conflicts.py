@@ -47,7 +47,8 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
-from ringgpt.sim.cycle_model import instruction_cost, vector_operands, vector_stall_cycles, weight_beat_cycles
+from ringgpt.sim.cycle_model import (instruction_cost, matrix_stall_cycles, vector_operands, vector_stall_cycles,
+                                     weight_beat_cycles)
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (("gpt2", 1), ("gpt2-355m", 1), ("gpt2-774m", 2), ("gpt2-1.5b", 4))
@@ -67,9 +68,11 @@ def compiled_run(name: str, cards: int, pos: int, rows: int):
 
 
 def program_figures(cfg, run) -> dict:
-    """The matrix unit's busy cycles and the weight stalls of each banking; the vector unit's busy cycles and
-    the stalls of its operands' shared read port (cycle_model.vector_stall_cycles, in its busy cycles)."""
-    out = {"matrix_cycles": 0, **{scheme: 0 for scheme in SCHEMES}, "vector_cycles": 0, "vector_stalls": 0}
+    """The matrix unit's busy cycles, the stalls of its tiles' shared read ports (cycle_model.matrix_stall_cycles:
+    weights, x and bias, in its busy cycles) and the weight stalls of each banking; the vector unit's busy cycles
+    and the stalls of its operands' shared read port (cycle_model.vector_stall_cycles, in its busy cycles)."""
+    out = {"matrix_cycles": 0, "matrix_stalls": 0, **{scheme: 0 for scheme in SCHEMES}, "vector_cycles": 0,
+           "vector_stalls": 0}
     cache: dict = {}
     for r in run:
         if r is not None and OPCODES[r.op].unit is Unit.VECTOR and r.rows and r.n:
@@ -78,6 +81,7 @@ def program_figures(cfg, run) -> dict:
         if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
             continue
         out["matrix_cycles"] += instruction_cost(r, cfg).cycles
+        out["matrix_stalls"] += matrix_stall_cycles(r, cfg)
         key = (r.src2[1] % (17 * 16 * cfg.buffer_chunk_words), r.src2_stride, r.n, r.k)
         if key not in cache:
             cache[key] = {scheme: int((weight_beat_cycles(r.src2[1], r.src2_stride, r.n, r.k, cfg, banks, bank_of)
@@ -190,10 +194,13 @@ def main(argv=None) -> int:
             f = report[label] = program_figures(*runs[label])
             print(f"{label:34}{f['matrix_cycles']:>15,}"
                   + "".join(f"{f[s]:>9,} ({100 * f[s] / f['matrix_cycles']:>3.0f}%)" for s in SCHEMES), flush=True)
-    print(f"\nThe vector unit's operands through one read port per memory: stalls in its busy cycles")
-    print(f"{'program':34}{'vector cycles':>15}{'stalls':>18}")
+    print(f"\nThe units' tiles through one read port per memory (weights, x and bias; vector operands): stalls in "
+          "their busy cycles")
+    print(f"{'program':34}{'matrix cycles':>15}{'stalls':>18}{'vector cycles':>15}{'stalls':>18}")
     for label, f in report.items():
-        print(f"{label:34}{f['vector_cycles']:>15,}{f['vector_stalls']:>10,} ({100 * f['vector_stalls'] / max(f['vector_cycles'], 1):>4.1f}%)")
+        print(f"{label:34}" + "".join(f"{f[unit + '_cycles']:>15,}{f[unit + '_stalls']:>10,} "
+                                      f"({100 * f[unit + '_stalls'] / max(f[unit + '_cycles'], 1):>4.1f}%)"
+                                      for unit in ("matrix", "vector")))
     if not args.no_dma:
         print(f"\nDMA engines' grants (HBM <-> ABUF/WBUF LOADs and STOREs): extra cycles over conflict-free memories")
         print(f"{'program':34}{'transfers':>10}{'cycles, 1 beat/cycle':>24}{'extra':>14}{'cycles, HBM rate':>20}{'extra':>14}")

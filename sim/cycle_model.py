@@ -68,17 +68,56 @@ def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, 
                             banks or cfg.buffer_banks, bank_of)
 
 
+def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
+    """Cycles the matrix unit stalls while a MATMUL's or MASKED_QK's tiles are read (hw/core/matrix.py): beat (row,
+    column group g, tile t) reads, as lanes of each buffer's TileReadPort, its weight tiles (weight_beat_cycles'
+    lanes, in src2's buffer), its x tile (ABUF: mac_width words at src1 + row * src1_stride + t * mac_width) and,
+    at a pair's last tile, the MATMUL's bias (mpu_lanes words at aux + g * mpu_lanes, in aux's buffer), and takes
+    the slower buffer's tile_read_cycles; the sum of those - 1 over every beat."""
+    has_bias = r.op is Opcode.MATMUL and r.aux[0] is not Space.NONE
+    lanes = {"weights": (r.src2[0], r.src2[1], r.src2_stride), "bias": (r.aux[0], r.aux[1], 0) if has_bias else None}
+    # x alone in ABUF never stalls (its two chunks lie in two memories), and then no lane depends on the row
+    shares = any(lane is not None and lane[0] is Space.ABUF for lane in lanes.values())
+    lanes["x"] = (Space.ABUF, r.src1[1], r.src1_stride) if shares else None
+    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    for space in (Space.ABUF, Space.WBUF):      # each buffer's addresses moved down together by whole periods
+        mine = [name for name, lane in lanes.items() if lane is not None and lane[0] is space]
+        if mine:
+            down = min(lanes[name][1] for name in mine) // period * period
+            lanes.update({name: (space, lanes[name][1] - down, lanes[name][2]) for name in mine})
+    stalls = _matrix_stalls(lanes["weights"], lanes["x"], lanes["bias"], r.rows if shares else 1, r.n, r.k, cfg)
+    return stalls if shares else r.rows * stalls
+
+
 @functools.lru_cache(maxsize=4096)
-def weight_stall_cycles(phase: int, stride: int, n: int, k: int, cfg: ArchConfig) -> int:
-    """Cycles the matrix unit stalls per row of a MATMUL or MASKED_QK while its weight tiles are read: the sum of
-    weight_beat_cycles - 1. Only the weights' address modulo chunk x banks (`phase`) matters."""
-    chunk, banks, L = cfg.buffer_chunk_words, cfg.buffer_banks, cfg.mpu_lanes
-    if phase % chunk == 0 and stride % chunk == 0:     # one chunk a lane, stride / chunk apart: in distinct banks
-        step = stride // chunk                          # (lanes < banks) unless a multiple of banks apart
-        if step == 0 or step % banks:
-            return 0
-        return _ceil_div(k, cfg.mac_width) * sum(min(L, n - g * L) - 1 for g in range(_ceil_div(n, L)))
-    return int((weight_beat_cycles(phase, stride, n, k, cfg) - 1).sum())
+def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, rows: int, n: int, k: int,
+                   cfg: ArchConfig) -> int:
+    """matrix_stall_cycles of `rows` rows, the lanes given as (space, address, stride)."""
+    from ringgpt.hw.core.buffers import tile_read_cycles
+    L, W = cfg.mpu_lanes, cfg.mac_width
+    groups, tiles = _ceil_div(n, L), _ceil_div(k, W)
+    row, g, t, lane = np.meshgrid(np.arange(rows), np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
+    one = (rows, groups, tiles, 1)
+    cycles = np.ones((rows, groups, tiles), dtype=np.int64)
+    for space in (Space.ABUF, Space.WBUF):
+        starts, enabled, words = [], [], []
+        if weights[0] is space:
+            column = g * L + lane
+            starts.append(weights[1] + column * weights[2] + t * W)
+            enabled.append(column < n)
+            words += [W] * L
+        if x is not None and x[0] is space:
+            starts.append(np.broadcast_to(x[1] + row[..., :1] * x[2] + t[..., :1] * W, one))
+            enabled.append(np.ones(one, bool))
+            words.append(W)
+        if bias is not None and bias[0] is space:
+            starts.append(np.broadcast_to(bias[1] + g[..., :1] * L, one))
+            enabled.append(t[..., :1] == tiles - 1)
+            words.append(L)
+        if starts:
+            cycles = np.maximum(cycles, tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1),
+                                                         np.array(words), cfg.buffer_chunk_words, cfg.buffer_banks))
+    return int((cycles - 1).sum())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -124,13 +163,12 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     if unit is Unit.MATRIX:
         # One beat per cycle: an x tile broadcast to mpu_lanes lanes, each reading a mac_width weight tile;
         # (row, column group) pairs interleaved through the tile accumulator (hw/core/matrix.py); a beat whose
-        # weight tiles share a buffer bank stalls (weight_stall_cycles).
+        # weight, x and bias tiles share a buffer memory stalls (matrix_stall_cycles).
         t = unit_timing(cfg)["matrix"]
         issue = _issue_cycles(r.rows * _ceil_div(r.n, cfg.mpu_lanes), _ceil_div(r.k, cfg.mac_width), t["loop"])
         tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
         if issue:
-            period = cfg.buffer_chunk_words * cfg.buffer_banks
-            issue += r.rows * weight_stall_cycles(r.src2[1] % period, r.src2_stride, r.n, r.k, cfg)
+            issue += matrix_stall_cycles(r, cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.VECTOR:
         # One chunk of vector_width elements per cycle; a row sum's chunks go through the accumulator loop.

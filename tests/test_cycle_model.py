@@ -51,6 +51,16 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
      (Unit.MATRIX, 4 + 2 + 2 * 3 + 41, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
      (Unit.MATRIX, 4 + 2 + 2 * 1 + 41, 0, 0, 0), "matrix"),
+    # the bias, read at a pair's last tile with the weights (4 columns 8 words apart: memories 0..3 of WBUF): in the
+    # free memory 4 (aux 32) no stall; at aux 40 (memory 0, another row than column 0's chunk) 1 stall. x shares
+    # ABUF with a MASKED_QK's keys (columns at chunks 10..13, memories 0..3): row r's x (chunk r, memory r) meets
+    # column r's chunk, 1 stall a row
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
+              aux=(Space.WBUF, 32)), (Unit.MATRIX, 4 + 1 + 41, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
+              aux=(Space.WBUF, 40)), (Unit.MATRIX, 4 + 1 + 1 + 41, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MASKED_QK, rows=2, n=4, k=8, src1=(Space.ABUF, 0), src1_stride=8, src2=(Space.ABUF, 80),
+              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 2 + 41 + 2, 0, 0, 0), "matrix"),
     # vector operands in one memory (5 memories of 8-word chunks, a period of 40 words): src2 40 words after src1
     # puts each chunk's two reads in one memory, 1 stall a chunk; 8 words after, never; unaligned, chunks t, t + 1
     # and 5 + t, 6 + t: 1 stall (2 distinct chunks in each of 2 memories); a row scalar at 40 meets chunk 0 only,
@@ -344,8 +354,9 @@ def test_costed_memo_is_keyed_by_the_instruction_object_and_the_config():
 
 
 @pytest.mark.parametrize("stride", [0, 64, 64 * 3, 64 * 17, 64 * 34, 768, 1600])
-def test_weight_stalls_shortcut_agrees_with_the_count(stride):
-    """Aligned weight rows take weight_stall_cycles' shortcut; it must equal tile_read_cycles over every beat."""
+def test_weight_stalls_are_the_weight_beats_count(stride):
+    """With the weights in WBUF and no bias, x is alone in ABUF: the stalls are tile_read_cycles - 1 over every
+    beat of the weights, once per row."""
     import numpy as np
 
     from ringgpt.hw.core.buffers import tile_read_cycles
@@ -355,6 +366,9 @@ def test_weight_stalls_shortcut_agrees_with_the_count(stride):
         g, t, lane = np.meshgrid(np.arange(-(-n // L)), np.arange(-(-k // W)), np.arange(L), indexing="ij")
         column = g * L + lane
         counted = int((tile_read_cycles(128 + column * stride + t * W, column < n, W, C, P) - 1).sum())
-        assert cycle_model.weight_stall_cycles(128, stride, n, k, cfg) == counted
+        r = Resolved(Opcode.MATMUL, rows=3, n=n, k=k, src1=(Space.ABUF, 5), src1_stride=k, src2=(Space.WBUF, 128),
+                     src2_stride=stride)
+        assert cycle_model.matrix_stall_cycles(r, cfg) == 3 * counted
         assert int((cycle_model.weight_beat_cycles(128, stride, n, k, cfg) - 1).sum()) == counted
-    assert cycle_model.weight_stall_cycles(0, 64 * 17, 32, 64, cfg) == 2 * 15      # all 16 lanes in one memory
+    all_in_one = Resolved(Opcode.MATMUL, rows=1, n=32, k=64, src2=(Space.WBUF, 0), src2_stride=64 * 17)
+    assert cycle_model.matrix_stall_cycles(all_in_one, cfg) == 2 * 15      # all 16 lanes in one memory

@@ -103,13 +103,14 @@ def test_banked_buffer_refuses_bad_geometry():
 def test_tile_port_reads_every_lane_in_the_counted_cycles():
     """A TileReadPort of 4 lanes x 8 words over 5 banks: lane addresses a stride apart (0, one chunk, a
     multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables and
-    `single` lanes (one word wanted); the request is held until `ready`, the cycles it took equal
-    tile_read_cycles (a single lane reading 1 word), and every enabled lane's words (a single lane's first)
-    arrive the cycle after. Fails if a part were served from the wrong row or bank, the second chunk
+    `single` lanes (one word wanted), one lane 3 words wide; the request is held until `ready`, the cycles it
+    took equal tile_read_cycles (a single lane reading 1 word), and every enabled lane's wanted words arrive the
+    cycle after. Fails if a part were served from the wrong row or bank, the second chunk
     skipped, `single` ignored, or `ready` raised early (each was checked by breaking it)."""
     words, chunk, banks, lanes = 512, 8, 5, 4
+    widths = np.array([chunk, chunk, chunk, 3])       # the last lane needs 3 words (as a bias lane needs lanes)
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk},
-                       tiles={"tile": (lanes, chunk)})
+                       tiles={"tile": TileReadPort(lanes, chunk, tuple(int(w) for w in widths))})
     rng = np.random.default_rng(7)
     model = rng.integers(0, 1 << 16, words)
     wrong, counted = [], []
@@ -143,14 +144,14 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
                 cycles += 1
             await ctx.tick()
             ctx.set(buf.tile.en, 0)
-            expected_cycles = int(tile_read_cycles(starts, enabled, np.where(single, 1, chunk), chunk, banks))
+            expected_cycles = int(tile_read_cycles(starts, enabled, np.where(single, 1, widths), chunk, banks))
             counted.append(cycles)
             if cycles != expected_cycles:
                 wrong.append(("cycles", list(starts), list(enabled), cycles, expected_cycles))
             data = ctx.get(buf.tile.data)
             for lane in range(lanes):
                 if enabled[lane]:
-                    wanted = 1 if single[lane] else chunk
+                    wanted = 1 if single[lane] else widths[lane]
                     got = [int(v) for v in data[lane]][:wanted]
                     if got != [int(v) for v in model[starts[lane]:starts[lane] + wanted]]:
                         wrong.append(("data", list(starts), lane, got))

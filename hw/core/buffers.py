@@ -7,10 +7,10 @@ different memories, so it completes in one cycle: the two rows are read (or writ
 enables) and the words are shifted into place (`BankedBuffer`). Wide rows are what an FPGA's block
 memories hold densely (a URAM is 4,096 rows of 72 bits).
 
-The matrix unit's weight tiles (`TileReadPort`: mpu_lanes reads of mac_width words) share one read port
-per memory: each cycle every memory reads one distinct chunk, so a tile takes as many cycles as its
-busiest memory holds distinct chunks (`tile_read_cycles`, which the cycle model charges), and the unit
-stalls for the rest. `banks` is the smallest prime above mpu_lanes (17 at u280; `ArchConfig.buffer_banks`):
+The lanes of a tile port (`TileReadPort`: the matrix unit's weight, x and bias tiles, the vector unit's
+operands) share one read port per memory: each cycle every memory reads one distinct chunk, so a request
+takes as many cycles as its busiest memory holds distinct chunks (`tile_read_cycles`, which the cycle model
+charges), and the unit stalls for the rest. `banks` is the smallest prime above mpu_lanes (17 at u280; `ArchConfig.buffer_banks`):
 lane l's chunk c0 + l * stride / chunk then falls in a memory of its own for every stride that is not a
 multiple of banks chunks, so the compiled programs' weight reads take one cycle. With a power of two (16)
 their strides (768, 1,024, 1,600, ... words) put many lanes in one memory: `scripts/bank_conflicts.py`
@@ -24,7 +24,7 @@ other port is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
 other); every port is a memory port of its own, so the halves need no memories of their own. Ports are
-named by what they carry (`abuf_x`, `wbuf_w`, ...); `WriteArbiter` shares one write port between two
+named by what they carry (`abuf_tiles`, `wbuf_dst`, ...); `WriteArbiter` shares one write port between two
 clients. Reads return data READ_LATENCY = 1 cycle after the address; writes past the buffer's end are
 dropped.
 """
@@ -52,7 +52,7 @@ def _log2(value: int) -> int:
 class BankedBuffer(wiring.Component):
     """`words` FP16 words in `banks` memories of `chunk`-word rows (chunk c: row c div banks of memory
     c mod banks), with the read and write ports named in `reads` / `writes` (name -> width in words,
-    each <= chunk) and the tile ports in `tiles` (name -> (lanes, width)). A read port returns
+    each <= chunk) and the tile ports in `tiles` (name -> TileReadPort signature). A read port returns
     buffer[addr + i] for i < width one cycle after `addr`; a write port writes data[i] to addr + i where
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes
@@ -70,7 +70,7 @@ class BankedBuffer(wiring.Component):
         if words % chunk:
             raise ValueError(f"{words} words do not split into {chunk}-word chunks")
         tiles, shared_reads = dict(tiles or {}), dict(shared_reads or {})
-        wide = [w for w in [*reads.values(), *writes.values(), *(w for _, w in tiles.values()), *shared_reads.values()]
+        wide = [w for w in [*reads.values(), *writes.values(), *(t.words for t in tiles.values()), *shared_reads.values()]
                 if not 1 <= w <= chunk]
         if wide:
             raise ValueError(f"ports of {wide} words: each must be 1 to the {chunk}-word chunk")
@@ -81,7 +81,7 @@ class BankedBuffer(wiring.Component):
         self.shared_reads, self.row_writes = shared_reads, tuple(row_writes)
         super().__init__({**{name: In(ReadPort(w)) for name, w in reads.items()},
                           **{name: In(WritePort(w)) for name, w in writes.items()},
-                          **{name: In(TileReadPort(lanes, w)) for name, (lanes, w) in tiles.items()},
+                          **{name: In(tile) for name, tile in tiles.items()},
                           **{name: In(SharedReadPort(w)) for name, w in shared_reads.items()},
                           **{name: In(RowWritePort(chunk)) for name in self.row_writes}})
 
@@ -144,8 +144,8 @@ class BankedBuffer(wiring.Component):
                 m.d.comb += [wp.addr.eq(row),
                              wp.data.eq(Mux(which[0], window[C * WORD:], window[:C * WORD])),
                              wp.en.eq(Mux(inside & ~which[1], Mux(which[0], enables[C:], enables[:C]), 0))]
-        for name, (lanes, width) in self.tiles.items():
-            self._tile_port(m, mems, name, lanes, width)
+        for name, tile in self.tiles.items():
+            self._tile_port(m, mems, name, tile)
         self._shared_reads(m, mems)
         self._row_writes(m, mems)
         return m
@@ -232,12 +232,14 @@ class BankedBuffer(wiring.Component):
             wp = mems[b].write_port(granularity=1)
             m.d.comb += [wp.addr.eq(addr), wp.data.eq(value), wp.en.eq(enables)]
 
-    def _tile_port(self, m: Module, mems: list, name: str, lanes: int, width: int):
+    def _tile_port(self, m: Module, mems: list, name: str, tile: TileReadPort):
         """One read port per memory shared by the lanes of a TileReadPort. Each lane needs its first chunk,
-        and the next one when its words run past it and it is not `single` (parts 2l and 2l + 1). Each cycle every memory reads the
+        and the next one when its wanted words (`tile.widths`) run past it and it is not `single` (parts 2l and
+        2l + 1). Each cycle every memory reads the
         row of its lowest-numbered pending part, which serves every pending part of that chunk; `ready` when
         none remains. A part's row is kept when it arrives, so the last cycle's rows complete the tile."""
         port = getattr(self, name)
+        lanes, width = tile.lanes, tile.words
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
         parts = []                                      # (needed, bank, row) of part 2l, 2l + 1
         offsets = []
@@ -248,7 +250,8 @@ class BankedBuffer(wiring.Component):
             offset = port.addr[lane][:lc] if lc else 0
             wraps = bank == P - 1
             parts.append((port.en[lane], bank, row))
-            parts.append((port.en[lane] & ~port.single[lane] & (offset + width > C), Mux(wraps, 0, bank + 1), row + wraps))
+            runs_past = port.en[lane] & ~port.single[lane] & (offset + tile.widths[lane] > C)
+            parts.append((runs_past, Mux(wraps, 0, bank + 1), row + wraps))
             offsets.append(offset)
         served = Signal(2 * lanes, name=f"{name}_served")
         pending = Signal(2 * lanes, name=f"{name}_pending")
@@ -354,7 +357,7 @@ class Buffers(wiring.Component):
             buf = BankedBuffer(words, chunk=self.chunk, banks=self.banks,
                                reads={n: s.words for n, s in mine.items() if isinstance(s, ReadPort)},
                                writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
-                               tiles={n: (s.lanes, s.words) for n, s in mine.items() if isinstance(s, TileReadPort)},
+                               tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
                                shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
                                row_writes=tuple(n for n, s in mine.items() if isinstance(s, RowWritePort)))
             m.submodules[space.name.lower()] = buf

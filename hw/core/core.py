@@ -7,7 +7,7 @@
              hbm0.., host (AXI4)         │              │              │
                           └──────────────┴──── Buffers (ABUF, WBUF) ───┘
 
-Every unit's buffer ports go to `Buffers` under the unit's name (`matrix_abuf_x`, `dma_wbuf_dst`, ...);
+Every unit's buffer ports go to `Buffers` under the unit's name (`matrix_abuf_tiles`, `dma_wbuf_dst`, ...);
 every outside port keeps its unit's name (`hbm0`, `host`, `tx`, `rx`; fetch's `prog`). The host
 interface is what the Vitis kernel exposes as registers: `start` (pulse), `pos` and `rows` (R1, R2),
 `card_id` and `cards`, `program_base`, `hbm_base` (per channel) and `host_base` (byte addresses); status

@@ -110,22 +110,27 @@ class WritePort(wiring.Signature):
 
 class TileReadPort(wiring.Signature):
     """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
-    `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]`, READ_LATENCY after the cycle in which
-    `ready` is high (only `data[l][0]` for a lane with `single[l]`: a row scalar, whose next chunk is not
-    read). A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c distinct
-    chunks takes c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit
-    holds `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high."""
+    `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]` and i < widths[l] (the words lane l needs,
+    by default `words`; only i = 0 for a lane with `single[l]`: a row scalar), READ_LATENCY after the cycle in
+    which `ready` is high. A lane reads its first chunk and the next one when its wanted words run past it.
+    A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c distinct chunks takes
+    c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit holds `addr`, `en`
+    and `single` until it is high. With no lane enabled `ready` is high."""
 
-    def __init__(self, lanes: int, words: int):
+    def __init__(self, lanes: int, words: int, widths: tuple | None = None):
         self.lanes, self.words = lanes, words
+        self.widths = tuple(widths) if widths is not None else (words,) * lanes
+        if len(self.widths) != lanes or not all(1 <= w <= words for w in self.widths):
+            raise ValueError(f"lane widths {self.widths}: need one of 1 to {words} words for each of {lanes} lanes")
         super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "single": Out(lanes),
                           "ready": In(1), "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
 
     def __eq__(self, other):
-        return type(other) is TileReadPort and (other.lanes, other.words) == (self.lanes, self.words)
+        return type(other) is TileReadPort and (other.lanes, other.words, other.widths) == \
+            (self.lanes, self.words, self.widths)
 
     def __repr__(self):
-        return f"TileReadPort({self.lanes}, {self.words})"
+        return f"TileReadPort({self.lanes}, {self.words}, {self.widths})"
 
 
 class SharedReadPort(wiring.Signature):
@@ -168,28 +173,41 @@ class RowWritePort(wiring.Signature):
 
 
 class Frozen:
-    """A unit whose logic stops while its tile reads wait for the buffers (`advance` low): `core`, the
-    Module to build that logic in and to wrap with `wrap` (an EnableInserter on `advance`); `seen(port)`,
-    what the frozen logic sees of a read port: the data of its last read in a cycle that advanced; `stalls`,
-    the cycles not advanced since the unit last accepted an instruction (`issue`), for Completion.cycles."""
+    """A unit whose logic stops while its tile reads wait for the buffers. `tiles`: name -> the unit's
+    TileReadPort members. The frozen logic is built in `core` (wrapped by `wrap` in an EnableInserter on
+    `advance`: every port ready) and drives each port's request through `request[name]` (addr, en, single);
+    `data[name]` is what it sees of the port: the data of the request granted when it last advanced. A port
+    served before the others (`ready` while another is not) is not asked again until the unit advances: its
+    enables are masked (`done`) and its data kept (`early`). `stalls`: the cycles not advanced since the unit
+    last accepted an instruction (`issue`), for Completion.cycles."""
 
-    def __init__(self, m: Module, advance, issue):
-        self.m, self.core, self.advance = m, Module(), Signal(name="advance")
-        m.d.comb += self.advance.eq(advance)
-        self.advanced = Signal(init=1)
-        m.d.sync += self.advanced.eq(self.advance)
+    def __init__(self, m: Module, issue, tiles: dict):
+        self.m, self.core = m, Module()
+        self.advance = Signal(name="advance")
+        ports = tiles.values()
+        m.d.comb += self.advance.eq(Cat(port.ready for port in ports).all())
+        advanced = Signal(init=1, name="advanced")
+        m.d.sync += advanced.eq(self.advance)
+        self.request, self.data = {}, {}
+        for name, port in tiles.items():
+            request = self.request[name] = Signal(data.StructLayout({"addr": port.addr.shape(), "en": len(port.en),
+                                                                     "single": len(port.single)}), name=f"{name}_request")
+            done, fresh = Signal(name=f"{name}_done"), Signal(name=f"{name}_fresh")
+            m.d.comb += [port.addr.eq(request.addr), port.single.eq(request.single),
+                         port.en.eq(Mux(done, 0, request.en))]
+            m.d.sync += [done.eq(~self.advance & (done | port.ready)), fresh.eq(port.ready & ~done)]
+            shape = port.data.shape()
+            early, held, seen = (Signal(shape, name=f"{name}_{what}") for what in ("early", "held", "seen"))
+            m.d.comb += seen.eq(Mux(advanced, Mux(fresh, port.data, early), held))
+            m.d.sync += held.eq(seen)
+            with m.If(fresh & ~advanced):
+                m.d.sync += early.eq(port.data)
+            self.data[name] = seen
         self.stalls = Signal(32)
         with m.If(issue.valid & issue.ready):
             m.d.sync += self.stalls.eq(0)
         with m.Elif(~self.advance):
             m.d.sync += self.stalls.eq(self.stalls + 1)
-
-    def seen(self, port, name: str):
-        held = Signal(port.data.shape(), name=f"{name}_held")
-        value = Signal(port.data.shape(), name=f"{name}_seen")
-        self.m.d.comb += value.eq(Mux(self.advanced, port.data, held))
-        self.m.d.sync += held.eq(value)
-        return value
 
     def wrap(self, name: str = "core") -> None:
         self.m.submodules[name] = EnableInserter(self.advance)(self.core)

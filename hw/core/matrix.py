@@ -13,8 +13,10 @@ walks *pairs* (row r, column group g of mpu_lanes columns), row-major, in *sets*
 set; so consecutive tiles of one sum are at least loop_latency beats apart and the accumulator never
 stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2 * loop_latency
 remain (so `contexts` = 2 * loop_latency - 1). Each beat reads one x tile (broadcast to all lanes) and
-one weight tile per lane (mpu_lanes x mac_width words from one buffer, through its TileReadPort), both
-zero-padded past k.
+one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k, and a pair's
+last beat also reads the pair's mpu_lanes bias words, which wait with the pair's row and group in a FIFO
+for its sums. All of a beat's reads are the lanes of the two buffers' TileReadPorts (`abuf_tiles`: weights,
+x, bias; `wbuf_tiles`: weights, bias), one read port per buffer memory.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, ReadPort, TileReadPort, WritePort, block_fits,
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort, block_fits,
                          accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
@@ -57,12 +59,13 @@ class MatrixUnit(wiring.Component):
     Throughput: one beat per cycle = mpu_lanes x mac_width MACs; an instruction issues
     rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
     >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
-    A beat reads its lanes' weight tiles through one TileReadPort (one read port per buffer memory); when
-    they need c > 1 cycles (buffers.tile_read_cycles) the whole unit is frozen for c - 1 cycles, the read
-    ports' data held. Latency: `latency` cycles from a beat's issue to its result's write (read, MAC tree,
-    accumulator, bias, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles
-    (`Completion.cycles`) = `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK),
-    the stalls as sim/cycle_model.weight_stall_cycles counts them.
+    A beat's weight tiles, x tile and (a pair's last) bias are the lanes of the buffers' TileReadPorts (one
+    read port per buffer memory); when they need c > 1 cycles (buffers.tile_read_cycles, the slower buffer)
+    the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen). Latency: `latency`
+    cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
+    add, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles (`Completion.cycles`) =
+    `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the stalls as
+    sim/cycle_model.matrix_stall_cycles counts them.
 
     Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
     `buffer_ports` (name -> (space, signature)).
@@ -86,11 +89,9 @@ class MatrixUnit(wiring.Component):
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
-        ports = {"abuf_x": (Space.ABUF, ReadPort(W))}
-        for space in (Space.ABUF, Space.WBUF):
-            prefix = space.name.lower()
-            ports[f"{prefix}_w"] = (space, TileReadPort(L, W))
-            ports[f"{prefix}_bias"] = (space, ReadPort(L))
+        self.x_lane, self.bias_lane = {Space.ABUF: L}, {Space.ABUF: L + 1, Space.WBUF: L}
+        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,))),
+                 "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,)))}
         ports["abuf_dst"] = (Space.ABUF, WritePort(L))
         ports["abuf_aux"] = (Space.ABUF, WritePort(1))
         self.buffer_ports = ports
@@ -99,11 +100,12 @@ class MatrixUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()        # the read ports' holding registers and the stall count: never frozen
-        frozen = Frozen(m, self.abuf_w.ready & self.wbuf_w.ready, self.issue)
-        core = frozen.core  # everything else: frozen while a weight tile takes more than one cycle
-        x_data, w_abuf, w_wbuf = (frozen.seen(self.abuf_x, "x"), frozen.seen(self.abuf_w, "w_abuf"),
-                                  frozen.seen(self.wbuf_w, "w_wbuf"))
-        bias_abuf, bias_wbuf = frozen.seen(self.abuf_bias, "bias_abuf"), frozen.seen(self.wbuf_bias, "bias_wbuf")
+        frozen = Frozen(m, self.issue, {"abuf": self.abuf_tiles, "wbuf": self.wbuf_tiles})
+        core = frozen.core  # everything else: frozen while a beat's tiles take more than one cycle
+        tile_data = {Space.ABUF: frozen.data["abuf"], Space.WBUF: frozen.data["wbuf"]}
+        requests = {Space.ABUF: frozen.request["abuf"], Space.WBUF: frozen.request["wbuf"]}
+        w_abuf, w_wbuf = tile_data[Space.ABUF], tile_data[Space.WBUF]
+        x_data = w_abuf[self.x_lane[Space.ABUF]]
         stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = _log2(W), _log2(L)
@@ -182,24 +184,32 @@ class MatrixUnit(wiring.Component):
             done_state(core, self, running, issued_all)
 
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
+        # one beat: the lanes' weight tiles, the x tile (ABUF) and, at a pair's last tile, its bias (aux + g * L)
         tile_base = t << lw
         weights_abuf = s_src2 == Space.ABUF
-        core.d.comb += self.abuf_x.addr.eq(src1 + cur_r * r["src1_stride"] + tile_base)
-        for lane in range(L):
-            column = cur_g * L + lane
-            addr = src2 + column * r["src2_stride"] + tile_base
-            wanted = issuing & (column < n)
-            core.d.comb += [self.abuf_w.addr[lane].eq(addr), self.wbuf_w.addr[lane].eq(addr),
-                            self.abuf_w.en[lane].eq(wanted & weights_abuf), self.wbuf_w.en[lane].eq(wanted & ~weights_abuf)]
-        beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1}))
+        x_lane = self.x_lane[Space.ABUF]
+        core.d.comb += [requests[Space.ABUF].addr[x_lane].eq(src1 + cur_r * r["src1_stride"] + tile_base),
+                        requests[Space.ABUF].en[x_lane].eq(issuing)]
+        for space, request in requests.items():
+            for lane in range(L):
+                column = cur_g * L + lane
+                core.d.comb += [request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
+                                request.en[lane].eq(issuing & (column < n) & (s_src2 == space))]
+            core.d.comb += [request.addr[self.bias_lane[space]].eq(aux + cur_g * L),
+                            request.en[self.bias_lane[space]].eq(issuing & last_tile & has_bias & (s_aux == space))]
+        beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
+                                         "r": 32, "g": 32}))
         core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
-                     beat.last.eq(last_tile)]
+                        beat.last.eq(last_tile), beat.r.eq(cur_r), beat.g.eq(cur_g)]
         beat1 = pipe(core, beat, 1, name="beat1")
 
-        meta_layout = data.StructLayout({"r": 32, "g": 32})
+        # a pair's row, column group and bias wait for its sums
+        meta_layout = data.StructLayout({"r": 32, "g": 32, "bias": data.ArrayLayout(16, L)})
         core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
-                                                 depth=2 + READ_LATENCY + self.tree_latency + self.latency)
-        core.d.comb += [meta.w_en.eq(issuing & last_tile), meta.w_data.eq(Cat(cur_r, cur_g))]
+                                                    depth=2 + READ_LATENCY + self.tree_latency + self.latency)
+        bias_read = Mux(s_aux == Space.ABUF, tile_data[Space.ABUF][self.bias_lane[Space.ABUF]].as_value(),
+                        tile_data[Space.WBUF][self.bias_lane[Space.WBUF]].as_value())[:16 * L]
+        core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last), meta.w_data.eq(Cat(beat1.r, beat1.g, bias_read))]
 
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]
         accs = []
@@ -219,8 +229,7 @@ class MatrixUnit(wiring.Component):
         out_valid = accs[0].o.valid
         core.d.comb += meta.r_en.eq(out_valid)
         pair = data.View(meta_layout, meta.r_data)
-        bias_addr = aux + pair.g * L
-        core.d.comb += [self.abuf_bias.addr.eq(bias_addr), self.wbuf_bias.addr.eq(bias_addr)]
+        bias = pipe(core, pair.bias, READ_LATENCY, name="bias")    # in step with the sums, as when it was read here
         tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32}))
         core.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
         tag1 = pipe(core, tag, 1, name="out1")
@@ -228,8 +237,7 @@ class MatrixUnit(wiring.Component):
         for lane in range(L):
             sums = delay(core, accs[lane].o.payload.data, READ_LATENCY + FP16MulCore.latency, name=f"sum{lane}")
             mul = core.submodules[f"bias{lane}"] = FP16MulCore()
-            bias = Mux(s_aux == Space.ABUF, bias_abuf[lane], bias_wbuf[lane])
-            core.d.comb += [mul.i.a.eq(Mux(has_bias, bias, FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
+            core.d.comb += [mul.i.a.eq(Mux(has_bias, bias[lane], FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
             add = core.submodules[f"add{lane}"] = FP32AddCore()
             core.d.comb += [add.i.a.eq(sums), add.i.b.eq(mul.o)]
             conv = core.submodules[f"fp16_{lane}"] = ToFP16Core()

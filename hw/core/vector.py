@@ -98,9 +98,9 @@ class VectorUnit(wiring.Component):
 
     def elaborate(self, platform):
         outer = Module()    # the read port's holding register and the stall count: never frozen
-        frozen = Frozen(outer, self.abuf_src.ready, self.issue)
+        frozen = Frozen(outer, self.issue, {"src": self.abuf_src})
         m = frozen.core     # everything else: frozen while the operands' chunks share a memory
-        operands = frozen.seen(self.abuf_src, "src")
+        operands, request = frozen.data["src"], frozen.request["src"]
         cfg, V = self.cfg, self.width
         lv = _log2(V)
         LL = self.loop_latency
@@ -175,12 +175,11 @@ class VectorUnit(wiring.Component):
 
         # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
         col = t << lv
-        port = self.abuf_src
-        m.d.comb += [port.addr[0].eq(src1 + cur_r * s1 + col), port.en[0].eq(issuing),
-                     port.addr[1].eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
-                     port.en[1].eq(issuing & (s_src2 == Space.ABUF)), port.single[1].eq(b_scalar),
-                     port.addr[2].eq(aux + cur_r * sa + Mux(c_scalar, 0, col)),
-                     port.en[2].eq(issuing & (s_aux == Space.ABUF)), port.single[2].eq(c_scalar)]
+        m.d.comb += [request.addr[0].eq(src1 + cur_r * s1 + col), request.en[0].eq(issuing),
+                     request.addr[1].eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
+                     request.en[1].eq(issuing & (s_src2 == Space.ABUF)), request.single[1].eq(b_scalar),
+                     request.addr[2].eq(aux + cur_r * sa + Mux(c_scalar, 0, col)),
+                     request.en[2].eq(issuing & (s_aux == Space.ABUF)), request.single[2].eq(c_scalar)]
         beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
                                          "first": 1, "last": 1, "sum": 1, "max": 1}))
         # a beat carries its instruction's kind: a pipeline longer than the instruction's own still holds its

@@ -11,9 +11,9 @@ import numpy as np
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import Dim, Flags, Instruction, InstructionLayout, Opcode, Operand, Space, decode
 from ringgpt.sim.cocotb_support import bench
-from ringgpt.sim.cycle_model import weight_stall_cycles
+from ringgpt.sim.cycle_model import matrix_stall_cycles
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, new_regs, random_state,
-                                                 register_relative)
+                                                 register_relative, resolved_of)
 
 
 def pick(rng, options):
@@ -165,9 +165,10 @@ async def bad_instructions_raise_errors(dut):
 @cocotb.test()
 async def full_rate(dut):
     """Enough (row, column group) pairs for the accumulator loop: one beat per cycle, the busy
-    cycles exactly overhead + beats + the weight reads' stalls + latency (+ the row max for MASKED_QK); the
+    cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart; the unaligned
-    2 * mac_width + 1 stall)."""
+    2 * mac_width + 1 stall), and by hand where a pair's bias shares a memory with a weight tile (one a
+    pair) or the x tile with a key tile (one a row)."""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -175,17 +176,29 @@ async def full_rate(dut):
     cfg = tb.cfg
     rng = np.random.default_rng(5)
     W, L = cfg.mac_width, cfg.mpu_lanes
-    for op, rows, n, k in ((Opcode.MATMUL, 1, 5 * L, 3 * W), (Opcode.MATMUL, 6, L, 2 * W + 1),
-                           (Opcode.MASKED_QK, 3, 2 * L, W), (Opcode.MATMUL, 1, 9 * L - 1, 1),
-                           (Opcode.MATMUL, 2, 7 * L, 2 * W)):
-        fields = dict(dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.ABUF, 0, 1024), src2=Operand(Space.WBUF, 0, 0),
-                      rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k), dst_stride=n, src1_stride=k, src2_stride=k)
+    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    wbuf = lambda address: Operand(Space.WBUF, 0, address)      # noqa: E731
+    abuf = lambda address: Operand(Space.ABUF, 0, address)      # noqa: E731
+    for op, rows, n, k, extra, stalls in (
+            (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0), (Opcode.MATMUL, 6, L, 2 * W + 1, {}, None),
+            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 0), (Opcode.MATMUL, 1, 9 * L - 1, 1, {}, 0),
+            (Opcode.MATMUL, 2, 7 * L, 2 * W, {}, 0),
+            # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
+            (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
+            (Opcode.MATMUL, 1, L, W, {"aux": wbuf(period)}, 1),
+            # keys in ABUF, rows one chunk apart from a whole period on: x row r and key column r in one memory
+            (Opcode.MASKED_QK, 2, L, W, {"src2": abuf(1024 + period)}, 2)):
+        fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
+                      dst_stride=n, src1_stride=k, src2_stride=k)
         if op == Opcode.MASKED_QK:
-            fields.update(aux=Operand(Space.ABUF, 0, 900), aux_stride=1, pos=Dim(0, 2))
+            fields.update(aux=abuf(900), aux_stride=1, pos=Dim(0, 2))
+        fields.update(extra)
         inst = Instruction.make(op, **fields)
+        modeled = matrix_stall_cycles(resolved_of(inst, [0] * 16), cfg)
+        assert stalls is None or modeled == stalls, f"{inst}: the model counts {modeled} stalls, by hand {stalls}"
         cycles = await tb.check_instruction(inst, [0] * 16, random_state(rng, cfg), label="full rate")
-        beats = rows * -(-n // L) * -(-k // W)
-        stalls = rows * weight_stall_cycles(0, k, n, k, cfg)
-        expected = unit.overhead + beats + stalls + unit.latency + (unit.row_max_latency if op == Opcode.MASKED_QK else 0)
-        assert cycles == expected, f"{inst}: {cycles} busy cycles, expected {expected} ({beats} beats, {stalls} stalls)"
+        pairs, tiles = rows * -(-n // L), -(-k // W)
+        issue = pairs * tiles if pairs >= unit.loop_latency else (tiles - 1) * unit.loop_latency + pairs
+        expected = unit.overhead + issue + modeled + unit.latency + (unit.row_max_latency if op == Opcode.MASKED_QK else 0)
+        assert cycles == expected, f"{inst}: {cycles} busy cycles, expected {expected} ({issue} issue, {modeled} stalls)"
     tb.save_records(bench.args().get("record"))
