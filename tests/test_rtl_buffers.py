@@ -105,7 +105,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
     multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables and
     `single` lanes (one word wanted), one lane 3 words wide; the request is held until `ready`, the cycles it
     took equal tile_read_cycles (a single lane reading 1 word), and every enabled lane's wanted words arrive the
-    cycle after. Fails if a part were served from the wrong row or bank, the second chunk
+    cycle after and stay while the addresses are held with no lane enabled. Fails if a part were served from the wrong row or bank, the second chunk
     skipped, `single` ignored, or `ready` raised early (each was checked by breaking it)."""
     words, chunk, banks, lanes = 512, 8, 5, 4
     widths = np.array([chunk, chunk, chunk, 3])       # the last lane needs 3 words (as a bias lane needs lanes)
@@ -144,6 +144,8 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
                 cycles += 1
             await ctx.tick()
             ctx.set(buf.tile.en, 0)
+            for _ in range(int(rng.integers(3))):     # the data stay while the addresses are held
+                await ctx.tick()
             expected_cycles = int(tile_read_cycles(starts, enabled, np.where(single, 1, widths), chunk, banks))
             counted.append(cycles)
             if cycles != expected_cycles:

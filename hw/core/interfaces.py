@@ -112,7 +112,7 @@ class TileReadPort(wiring.Signature):
     """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
     `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]` and i < widths[l] (the words lane l needs,
     by default `words`; only i = 0 for a lane with `single[l]`: a row scalar), READ_LATENCY after the cycle in
-    which `ready` is high. A lane reads its first chunk and the next one when its wanted words run past it.
+    which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A lane reads its first chunk and the next one when its wanted words run past it.
     A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c distinct chunks takes
     c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit holds `addr`, `en`
     and `single` until it is high. With no lane enabled `ready` is high."""
@@ -178,8 +178,9 @@ class Frozen:
     `advance`: every port ready) and drives each port's request through `request[name]` (addr, en, single);
     `data[name]` is what it sees of the port: the data of the request granted when it last advanced. A port
     served before the others (`ready` while another is not) is not asked again until the unit advances: its
-    enables are masked (`done`) and its data kept (`early`). `stalls`: the cycles not advanced since the unit
-    last accepted an instruction (`issue`), for Completion.cycles."""
+    enables are masked (`done`), so it does not start over, and its data stay (the request is held).
+    `stalls`: the cycles not advanced since the unit last accepted an instruction (`issue`), for
+    Completion.cycles."""
 
     def __init__(self, m: Module, issue, tiles: dict):
         self.m, self.core = m, Module()
@@ -192,16 +193,13 @@ class Frozen:
         for name, port in tiles.items():
             request = self.request[name] = Signal(data.StructLayout({"addr": port.addr.shape(), "en": len(port.en),
                                                                      "single": len(port.single)}), name=f"{name}_request")
-            done, fresh = Signal(name=f"{name}_done"), Signal(name=f"{name}_fresh")
+            done = Signal(name=f"{name}_done")
             m.d.comb += [port.addr.eq(request.addr), port.single.eq(request.single),
                          port.en.eq(Mux(done, 0, request.en))]
-            m.d.sync += [done.eq(~self.advance & (done | port.ready)), fresh.eq(port.ready & ~done)]
-            shape = port.data.shape()
-            early, held, seen = (Signal(shape, name=f"{name}_{what}") for what in ("early", "held", "seen"))
-            m.d.comb += seen.eq(Mux(advanced, Mux(fresh, port.data, early), held))
+            m.d.sync += done.eq(~self.advance & (done | port.ready))
+            held, seen = Signal(port.data.shape(), name=f"{name}_held"), Signal(port.data.shape(), name=f"{name}_seen")
+            m.d.comb += seen.eq(Mux(advanced, port.data, held))
             m.d.sync += held.eq(seen)
-            with m.If(fresh & ~advanced):
-                m.d.sync += early.eq(port.data)
             self.data[name] = seen
         self.stalls = Signal(32)
         with m.If(issue.valid & issue.ready):

@@ -168,7 +168,7 @@ async def full_rate(dut):
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart; the unaligned
     2 * mac_width + 1 stall), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair) or the x tile with a key tile (one a row)."""
+    pair), the x tile with a key tile (one a row), or both buffers take several cycles (the slower's)."""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -187,7 +187,10 @@ async def full_rate(dut):
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
             (Opcode.MATMUL, 1, L, W, {"aux": wbuf(period)}, 1),
             # keys in ABUF, rows one chunk apart from a whole period on: x row r and key column r in one memory
-            (Opcode.MASKED_QK, 2, L, W, {"src2": abuf(1024 + period)}, 2)):
+            (Opcode.MASKED_QK, 2, L, W, {"src2": abuf(1024 + period)}, 2),
+            # both buffers slow: 3 weight columns a period apart (3 cycles), x and the bias in one memory (2); the
+            # buffer served first waits for the other, it does not start over (which would take 5)
+            (Opcode.MATMUL, 1, 3, W, {"src2_stride": period, "aux": abuf(1024 + period)}, 2)):
         fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
                       dst_stride=n, src1_stride=k, src2_stride=k)
         if op == Opcode.MASKED_QK:
