@@ -8,8 +8,8 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     # (ABUF 2 M words: 1,928 rows; WBUF 4 M: 3,856 rows of the URAM's 4,096)
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
                                                                                       "WBUF": (255, 3856)}
-    # ABUF: the matrix unit's tile port (weights, x, bias), the vector unit's (its 3 operands), the router's and
-    # the on-chip DMA's read ports, and the 33 engines' SharedReadPorts as one; WBUF: the matrix unit's tile port
-    assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (5, 1)
+    # ABUF: the matrix unit's tile port (weights, x, bias), the vector unit's (its 3 operands), the on-chip DMA's
+    # read port, and the SharedReadPorts of the 33 engines and the router as one; WBUF: the matrix unit's tile port
+    assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (4, 1)
     assert (len(buffers["ABUF"]["write_ports"]), len(buffers["WBUF"]["write_ports"])) == (6, 2)
-    assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 1530
+    assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 1275

@@ -4,7 +4,9 @@
 (`UNITS`: matrix, vector, dma), wired port by port by name. Besides the unit's own `issue` stream and
 `status`, it has a `load` port (port_words words per cycle into ABUF or WBUF; it shares the unit's
 first write port into that buffer through a `WriteArbiter`, the unit winning) and a `dump` port
-(port_words words per cycle out of either buffer, one cycle after the address). Every other member of
+(port_words words per cycle out of either buffer, one cycle after the address). A unit with an ABUF
+`SharedReadPort` also gets a `contend` port, first in ABUF's shared group: a testbench's reads that refuse
+the unit's when `urgent` (random stalls of the shared port). Every other member of
 the unit (its outside ports: AXI4 masters, ring streams, card id, ...) is a member of the harness of the
 same name and direction, wired straight through.
 
@@ -23,7 +25,7 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.isa import Space
 
 from .buffers import Buffers, WriteArbiter
-from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, WritePort
+from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, WritePort
 
 UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
          "dma": "ringgpt.hw.core.dma:DMAUnit", "router": "ringgpt.hw.core.router:Router"}
@@ -57,6 +59,8 @@ class Datapath(wiring.Component):
         self.dump_layout = data.StructLayout({"space": Space, "addr": ADDRESS_BITS})
         self.outside = {name: member for name, member in self.unit.signature.members.items()
                         if name not in ("issue", "status") and name not in self.unit.buffer_ports}
+        if any(space == Space.ABUF and isinstance(sig, SharedReadPort) for space, sig in self.unit.buffer_ports.values()):
+            self.outside["contend"] = In(SharedReadPort(self.cfg.buffer_chunk_words))
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           "load": In(self.load_layout), "dump": In(self.dump_layout),
                           "dump_data": Out(data.ArrayLayout(WORD, P)), **self.outside})
@@ -70,6 +74,8 @@ class Datapath(wiring.Component):
         unit, P = self.unit, self.port_words
         m.submodules.unit = unit
         ports = dict(unit.buffer_ports)
+        if "contend" in self.outside:
+            ports = {"contend": (Space.ABUF, SharedReadPort(self.cfg.buffer_chunk_words)), **ports}
         shared = {}
         for space in (Space.ABUF, Space.WBUF):
             prefix = space.name.lower()
@@ -86,7 +92,9 @@ class Datapath(wiring.Component):
         wiring.connect(m, wiring.flipped(self.issue), unit.issue)
         wiring.connect(m, unit.status, wiring.flipped(self.status))
         for name, member in self.outside.items():
-            if member.is_port:
+            if name == "contend":
+                wiring.connect(m, wiring.flipped(self.contend), buffers.contend)
+            elif member.is_port:
                 inner, outer = getattr(unit, name), getattr(self, name)
                 m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
             else:

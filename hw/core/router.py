@@ -1,7 +1,7 @@
 """The router unit: ALLGATHER, SEND and RECV over one AXI4-Stream link out (`tx`, to card id + 1) and one in
 (`rx`, from card id - 1), the ring of docs/architecture.md.
 
-    ABUF src (read port, P = vector_width words)            rx ──▶ receive queue (ring_rx_buffer_bytes)
+    ABUF src (shared read, P = vector_width words)          rx ──▶ receive queue (ring_rx_buffer_bytes)
       │ own block, or a received slice read back                     │ header: checked against the instruction
       ▼                                                              ▼ payload: one P-word row chunk per beat
     transmit queue (4 beats) ──▶ tx                       write register ──▶ ABUF dst (write port)
@@ -24,7 +24,7 @@ from ringgpt.hw.config import MAX_CARDS, ArchConfig
 from ringgpt.hw.isa import OPCODES, STRIDE_BITS, Opcode, Space, Unit
 
 from .axi import AxiStream
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, WritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, SharedReadPort, WritePort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 HEADER = data.StructLayout({"kind": Opcode, "origin": range(MAX_CARDS), "rows": ADDRESS_BITS,
@@ -84,7 +84,9 @@ class Router(wiring.Component):
     after a RING.
 
     Throughput: one beat per cycle on `tx` and on `rx` (header beat plus rows * ceil(n / P) payload beats a
-    block). The one ABUF write port serves received beats and the own-slice copy, the copy winning. Latency:
+    block). Payload reads go through ABUF's shared read port per memory (`SharedReadPort`, with the DMA
+    engines' STORE reads; `urgent`: before the engines that are not behind), a refused read asked again the
+    next cycle. The one ABUF write port serves received beats and the own-slice copy, the copy winning. Latency:
     `latency` = 2 cycles from a payload read to its beat on `tx` (read 1, transmit queue 1); `rx_latency` = 3
     from a beat taken on `rx` to its ABUF write (receive queue 2, write register 1). Busy cycles (`Completion.cycles`) of
     an uncontended instruction: `cycles(op, rows, n, ...)`. Preconditions (the compiler's collectives meet
@@ -107,7 +109,7 @@ class Router(wiring.Component):
         self.rx_latency = RX_QUEUE_LATENCY + 1
         self.overhead = 4
         """Cycles of the accept, check, finish-detect and done steps."""
-        self.buffer_ports = {"abuf_src": (Space.ABUF, ReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P))}
+        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P))}
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           "card_id": In(range(MAX_CARDS)), "cards": In(range(MAX_CARDS + 1)),
@@ -224,9 +226,10 @@ class Router(wiring.Component):
         landing = step1.valid & step1.send               # a payload beat enters the queue this cycle
         room = tx_queue.level + landing < TX_QUEUE_BEATS
         push_header = tx_busy & tx_head & ~landing & room
-        read = tx_busy & ~tx_head & (~tx_send | room)
+        wants = tx_busy & ~tx_head & (~tx_send | room)
+        read = wants & self.abuf_src.ready                 # granted: the memories its words lie in were free
         row_end = rd_col + P >= rd_n
-        m.d.comb += [step.valid.eq(read), step.send.eq(tx_send), step.copy.eq(tx_copy),
+        m.d.comb += [self.abuf_src.en.eq(wants), self.abuf_src.urgent.eq(1), step.valid.eq(read), step.send.eq(tx_send), step.copy.eq(tx_copy),
                      step.last.eq(row_end & (rd_rows == 1)), step.addr.eq(cp_row + rd_col),
                      self.abuf_src.addr.eq(rd_row + rd_col)]
         m.d.comb += [step.mask[lane].eq(rd_col + lane < rd_n) for lane in range(P)]

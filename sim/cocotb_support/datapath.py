@@ -66,6 +66,22 @@ class DatapathTB:
         self.rng = random.Random(args.get("seed", 0))
         self.issue_gaps = 0
         """Cycles the issue stream held valid low in front of an instruction, summed."""
+        if "contend" in self.top.signature.members:
+            dut.contend__en.value = 0
+            dut.contend__urgent.value = 0
+            dut.contend__addr.value = 0
+
+    def contend(self, probability: float) -> None:
+        """Urgent reads of random ABUF words on the harness's `contend` port in a random `probability` of the
+        cycles, which refuse the unit's shared reads of the same memories (their words are not checked)."""
+        async def reads():
+            falling, chunk = FallingEdge(self.dut.clk), self.cfg.buffer_chunk_words
+            while True:
+                await falling
+                self.dut.contend__en.value = int(self.rng.random() < probability)
+                self.dut.contend__urgent.value = 1
+                self.dut.contend__addr.value = self.rng.randrange(self.cfg.abuf_words - chunk)
+        cocotb.start_soon(reads())
 
     async def start(self):
         await bench.start(self.dut)

@@ -2,7 +2,8 @@
 
 One router in the single-instruction harness (Datapath("router")): cocotbext-axi's AxiStreamSource plays the
 previous card (the blocks it would send, with random pauses) and AxiStreamSink the next (random
-back-pressure). Each ALLGATHER, SEND or RECV is run on N functional-simulator cards (sim.functional.machine
+back-pressure), and the harness's `contend` port refuses its ABUF reads at random. Each ALLGATHER, SEND or
+RECV is run on N functional-simulator cards (sim.functional.machine
 .run_ring) from the same state; every ABUF word of the card under test must match its functional card, and
 the blocks it sends must be the ones the next card needs (router.link_block of the functional cards' data).
 Mismatched collectives must end with RING (a slice past ABUF with OUT_OF_RANGE) without writing, bad words
@@ -234,10 +235,12 @@ class RouterTB(DatapathTB):
 @cocotb.test(skip=ON_RING)
 async def collectives_bit_exact(dut):
     """Random ALLGATHERs (1 to 4 cards, any card under test, uneven slices), SENDs and RECVs against the
-    functional ring, under random pauses on rx and back-pressure on tx."""
+    functional ring, under random pauses on rx and back-pressure on tx, and urgent reads on the harness's
+    `contend` port refusing the router's shared ABUF reads at random."""
     args = bench.args()
     tb = RouterTB(dut, pause=float(args.get("link_pause", 0.3)))
     await tb.start()
+    tb.contend(0.5)
     rng = np.random.default_rng(args["seed"])
     for index in range(args["cases"]):
         kind = index % 3
