@@ -79,11 +79,10 @@ def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     # x alone in ABUF never stalls (its two chunks lie in two memories), and then no lane depends on the row
     shares = any(lane is not None and lane[0] is Space.ABUF for lane in lanes.values())
     lanes["x"] = (Space.ABUF, r.src1[1], r.src1_stride) if shares else None
-    period = cfg.buffer_chunk_words * cfg.buffer_banks
-    for space in (Space.ABUF, Space.WBUF):      # each buffer's addresses moved down together by whole periods
+    for space in (Space.ABUF, Space.WBUF):      # each buffer's addresses moved down together
         mine = [name for name, lane in lanes.items() if lane is not None and lane[0] is space]
         if mine:
-            down = min(lanes[name][1] for name in mine) // period * period
+            down = _periods_below([lanes[name][1] for name in mine], cfg)
             lanes.update({name: (space, lanes[name][1] - down, lanes[name][2]) for name in mine})
     stalls = _matrix_stalls(lanes["weights"], lanes["x"], lanes["bias"], r.rows if shares else 1, r.n, r.k, cfg)
     return stalls if shares else r.rows * stalls
@@ -139,16 +138,21 @@ def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig) -> 
 
 def vector_operands(r: Resolved, cfg: ArchConfig) -> tuple:
     """The ABUF operands a vector instruction reads, as vector_stall_cycles takes them: (address, stride, row
-    scalar), the addresses moved down together by whole periods of the memories (chunk x banks words), which
-    keeps each chunk's memory and which chunks are the same."""
+    scalar), the addresses moved down together (_periods_below)."""
     out = [(r.src1[1], r.src1_stride, False)]
     for name, flag in (("src2", "src2_row_scalar"), ("aux", "aux_row_scalar")):
         space, address = getattr(r, name)
         if space is Space.ABUF:
             out.append((address, getattr(r, f"{name}_stride"), bool(getattr(r.flags, flag, 0))))
-    period = cfg.buffer_chunk_words * cfg.buffer_banks
-    down = min(address for address, _, _ in out) // period * period
+    down = _periods_below([address for address, _, _ in out], cfg)
     return tuple((address - down, stride, scalar) for address, stride, scalar in out)
+
+
+def _periods_below(addresses: list, cfg: ArchConfig) -> int:
+    """The whole periods of the buffer memories (chunk x banks words) below the lowest of `addresses`: moving
+    reads of one buffer down by them together keeps each chunk's memory and which chunks are the same."""
+    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    return min(addresses) // period * period
 
 
 _VECTOR_SUMS = (Opcode.VSUM, Opcode.VDOT)

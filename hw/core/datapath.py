@@ -59,11 +59,13 @@ class Datapath(wiring.Component):
         self.dump_layout = data.StructLayout({"space": Space, "addr": ADDRESS_BITS})
         self.outside = {name: member for name, member in self.unit.signature.members.items()
                         if name not in ("issue", "status") and name not in self.unit.buffer_ports}
-        if any(space == Space.ABUF and isinstance(sig, SharedReadPort) for space, sig in self.unit.buffer_ports.values()):
-            self.outside["contend"] = In(SharedReadPort(self.cfg.buffer_chunk_words))
+        contended = any(space == Space.ABUF and isinstance(sig, SharedReadPort)
+                        for space, sig in self.unit.buffer_ports.values())
+        self.contend_port = SharedReadPort(self.cfg.buffer_chunk_words) if contended else None
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           "load": In(self.load_layout), "dump": In(self.dump_layout),
-                          "dump_data": Out(data.ArrayLayout(WORD, P)), **self.outside})
+                          "dump_data": Out(data.ArrayLayout(WORD, P)), **self.outside,
+                          **({"contend": In(self.contend_port)} if contended else {})})
 
     @property
     def latency(self) -> int:
@@ -74,8 +76,8 @@ class Datapath(wiring.Component):
         unit, P = self.unit, self.port_words
         m.submodules.unit = unit
         ports = dict(unit.buffer_ports)
-        if "contend" in self.outside:
-            ports = {"contend": (Space.ABUF, SharedReadPort(self.cfg.buffer_chunk_words)), **ports}
+        if self.contend_port is not None:       # first in ABUF's shared group
+            ports = {"contend": (Space.ABUF, self.contend_port), **ports}
         shared = {}
         for space in (Space.ABUF, Space.WBUF):
             prefix = space.name.lower()
@@ -91,10 +93,10 @@ class Datapath(wiring.Component):
         m.submodules.buffers = buffers = Buffers(self.cfg, ports)
         wiring.connect(m, wiring.flipped(self.issue), unit.issue)
         wiring.connect(m, unit.status, wiring.flipped(self.status))
+        if self.contend_port is not None:
+            wiring.connect(m, wiring.flipped(self.contend), buffers.contend)
         for name, member in self.outside.items():
-            if name == "contend":
-                wiring.connect(m, wiring.flipped(self.contend), buffers.contend)
-            elif member.is_port:
+            if member.is_port:
                 inner, outer = getattr(unit, name), getattr(self, name)
                 m.d.comb += inner.eq(outer) if member.flow == In else outer.eq(inner)
             else:

@@ -112,10 +112,11 @@ class TileReadPort(wiring.Signature):
     """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
     `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]` and i < widths[l] (the words lane l needs,
     by default `words`; only i = 0 for a lane with `single[l]`: a row scalar), READ_LATENCY after the cycle in
-    which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A lane reads its first chunk and the next one when its wanted words run past it.
-    A bank serves one distinct chunk per cycle, so a request whose busiest bank holds c distinct chunks takes
-    c cycles (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit holds `addr`, `en`
-    and `single` until it is high. With no lane enabled `ready` is high."""
+    which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A
+    lane reads its first chunk and the next one when its wanted words run past it. A bank serves one distinct
+    chunk per cycle, so a request whose busiest bank holds c distinct chunks takes c cycles
+    (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit holds `addr`, `en` and
+    `single` until it is high. With no lane enabled `ready` is high."""
 
     def __init__(self, lanes: int, words: int, widths: tuple | None = None):
         self.lanes, self.words = lanes, words

@@ -89,7 +89,7 @@ class MatrixUnit(wiring.Component):
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
-        self.x_lane, self.bias_lane = {Space.ABUF: L}, {Space.ABUF: L + 1, Space.WBUF: L}
+        self.x_lane, self.bias_lane = L, {Space.ABUF: L + 1, Space.WBUF: L}    # x: in ABUF's port
         ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,))),
                  "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,)))}
         ports["abuf_dst"] = (Space.ABUF, WritePort(L))
@@ -105,7 +105,7 @@ class MatrixUnit(wiring.Component):
         tile_data = {Space.ABUF: frozen.data["abuf"], Space.WBUF: frozen.data["wbuf"]}
         requests = {Space.ABUF: frozen.request["abuf"], Space.WBUF: frozen.request["wbuf"]}
         w_abuf, w_wbuf = tile_data[Space.ABUF], tile_data[Space.WBUF]
-        x_data = w_abuf[self.x_lane[Space.ABUF]]
+        x_data = w_abuf[self.x_lane]
         stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = _log2(W), _log2(L)
@@ -187,9 +187,8 @@ class MatrixUnit(wiring.Component):
         # one beat: the lanes' weight tiles, the x tile (ABUF) and, at a pair's last tile, its bias (aux + g * L)
         tile_base = t << lw
         weights_abuf = s_src2 == Space.ABUF
-        x_lane = self.x_lane[Space.ABUF]
-        core.d.comb += [requests[Space.ABUF].addr[x_lane].eq(src1 + cur_r * r["src1_stride"] + tile_base),
-                        requests[Space.ABUF].en[x_lane].eq(issuing)]
+        core.d.comb += [requests[Space.ABUF].addr[self.x_lane].eq(src1 + cur_r * r["src1_stride"] + tile_base),
+                        requests[Space.ABUF].en[self.x_lane].eq(issuing)]
         for space, request in requests.items():
             for lane in range(L):
                 column = cur_g * L + lane
