@@ -140,9 +140,9 @@ def unit_parts(cfg) -> dict:
 
 def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
-    hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; every read port is a memory
-    read port of its own, so a copy of the buffer; a tile port, and all the SharedReadPorts of a buffer
-    together, one read port per memory; all its RowWritePorts together one write port per memory)."""
+    hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; the TileReadPorts and
+    SharedReadPorts of a buffer together are one read port per memory, and every other read port one of its
+    own, so each is a copy of the buffer; all its RowWritePorts together one write port per memory)."""
     from ringgpt.hw.core.core import UNIT_CLASSES
     from ringgpt.hw.core.interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, TileReadPort, WritePort
     from ringgpt.hw.isa import Space
@@ -158,12 +158,12 @@ def buffer_estimate(cfg) -> dict:
     for space, words in ((Space.ABUF, cfg.abuf_words), (Space.WBUF, cfg.wbuf_words)):
         mine = {name: sig for name, (sp, sig) in ports.items() if sp == space}
         depth = -(-words // chunk // banks)
-        reads = sorted(name for name, sig in mine.items() if isinstance(sig, (ReadPort, TileReadPort)))
+        reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
         writes = sorted(name for name, sig in mine.items() if isinstance(sig, WritePort))
-        for kind, listed in ((SharedReadPort, reads), (RowWritePort, writes)):
-            group = sorted(name for name, sig in mine.items() if isinstance(sig, kind))
+        for kinds, listed in (((TileReadPort, SharedReadPort), reads), ((RowWritePort,), writes)):
+            group = sorted(name for name, sig in mine.items() if isinstance(sig, kinds))
             if group:
-                listed.append(f"{kind.__name__} group of {len(group)}: {', '.join(group)}")
+                listed.append(f"{' and '.join(k.__name__ for k in kinds)} group of {len(group)}: {', '.join(group)}")
         per_copy = {"URAM": banks * columns * -(-depth // URAM_ROWS), "BRAM36": banks * columns * -(-depth // BRAM36_ROWS)}
         out[space.name] = {"words": words, "chunk": chunk, "banks": banks, "depth": depth,
                            "read_ports": reads, "write_ports": writes,

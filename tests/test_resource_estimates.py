@@ -8,8 +8,12 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     # (ABUF 2 M words: 1,928 rows; WBUF 4 M: 3,856 rows of the URAM's 4,096)
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
                                                                                       "WBUF": (255, 3856)}
-    # ABUF: the matrix unit's tile port (weights, x, bias), the vector unit's (its 3 operands), the on-chip DMA's
-    # read port, and the SharedReadPorts of the 33 engines and the router as one; WBUF: the matrix unit's tile port
-    assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (4, 1)
+    # ABUF: the tile ports of the matrix unit (weights, x, bias) and the vector unit (its 3 operands) and the
+    # SharedReadPorts of the on-chip DMA, the 33 engines and the router, all one read port per memory; WBUF: the
+    # matrix unit's tile port
+    assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (1, 1)
+    assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 37: " + ", ".join(sorted(
+        ["dma.abuf_src", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]
+        + [f"dma.abuf_to_{port}" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
     assert (len(buffers["ABUF"]["write_ports"]), len(buffers["WBUF"]["write_ports"])) == (6, 2)
-    assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 1275
+    assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510

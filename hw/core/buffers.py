@@ -16,11 +16,15 @@ multiple of banks chunks, so the compiled programs' weight reads take one cycle.
 their strides (768, 1,024, 1,600, ... words) put many lanes in one memory: `scripts/bank_conflicts.py`
 counts 0.9 to 15 times the matrix unit's cycles more in stalls for 16 banks, none for 17.
 
-The DMA engines' beats share one read port per memory (`SharedReadPort`, STORE) and one write port per memory
-(`RowWritePort`, LOAD and GATHER: whole rows, which the engines assemble from their beats): each cycle a
-memory serves one requester of the group, the `urgent` ones first (the DMA marks the engines behind the
-leader), then in the order listed; a requester that is not granted holds its request (`_grants`). Every
-other port is still a memory port of its own (docs/rtl-core.md, "Resources").
+The single reads (`SharedReadPort`: the DMA engines' STORE beats, the on-chip DMA's chunks, the router's
+payload) and the tile ports of a buffer all share that one read port per memory (`_reads`): each cycle a
+memory serves first the single read its group grants (the `urgent` ones first: the DMA marks the engines
+behind the leader, the router marks its reads; then in the order listed; `_grants`), else one tile port's
+chunk, the tile ports taking turns each cycle. A requester that is not served holds its request, and a tile
+port keeps the chunks it was already given. The engines' rows share one write port per memory
+(`RowWritePort`, LOAD and GATHER: whole rows, which the engines assemble from their beats) the same way;
+every other write port, and every plain `ReadPort` (the harness's dump), is still a memory port of its own
+(docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
 other); every port is a memory port of its own, so the halves need no memories of their own. Ports are
@@ -55,11 +59,11 @@ class BankedBuffer(wiring.Component):
     each <= chunk) and the tile ports in `tiles` (name -> TileReadPort signature). A read port returns
     buffer[addr + i] for i < width one cycle after `addr`; a write port writes data[i] to addr + i where
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
-    later wins. Throughput: one access per port per cycle; a tile port's request takes
-    `tile_read_cycles` cycles (see `_tile_port`). The `shared_reads` (name -> width) share one read port per
-    memory and the `row_writes` (names of RowWritePorts) one write port per memory, each group granted the
-    urgent requesters first, each class in the order listed (see `_grants`); a row write wins over the other
-    write ports on a shared word."""
+    later wins. Throughput: one access per port per cycle; a tile port's request takes at least
+    `tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
+    memory (the shared reads granted first, see `_reads`), and the `row_writes` (names of RowWritePorts) one
+    write port per memory, each group granted the urgent requesters first, each class in the order listed
+    (see `_grants`); a row write wins over the other write ports on a shared word."""
 
     def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None,
                  shared_reads: dict | None = None, row_writes: tuple = ()):
@@ -144,9 +148,7 @@ class BankedBuffer(wiring.Component):
                 m.d.comb += [wp.addr.eq(row),
                              wp.data.eq(Mux(which[0], window[C * WORD:], window[:C * WORD])),
                              wp.en.eq(Mux(inside & ~which[1], Mux(which[0], enables[C:], enables[:C]), 0))]
-        for name, tile in self.tiles.items():
-            self._tile_port(m, mems, name, tile)
-        self._shared_reads(m, mems)
+        self._reads(m, mems)
         self._row_writes(m, mems)
         return m
 
@@ -169,35 +171,6 @@ class BankedBuffer(wiring.Component):
             readies.append(Signal(name=f"{name}{k}_ready"))
             m.d.comb += readies[-1].eq(Mux(urgent[k], free[k, 1], free[k, 0]))
         return readies
-
-    def _shared_reads(self, m: Module, mems: list):
-        """One read port per memory for the SharedReadPorts: each memory reads the row of the granted
-        requester that touches it; a requester's data are picked from its two memories' rows as a read port's."""
-        if not self.shared_reads:
-            return
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
-        placed, touches = [], []
-        for name, width in self.shared_reads.items():
-            port = getattr(self, name)
-            bank, offset, places = self._place(m, port.addr, name=name)
-            touch = Signal(P, name=f"{name}_touch")
-            two = offset + width > C
-            m.d.comb += [touch[b].eq(port.en & ((which == 0) | ((which == 1) & two)))
-                         for b, (which, _, _) in enumerate(places)]
-            placed.append((port, bank, offset, places, touch))
-            touches.append(touch)
-        readies = self._grants(m, touches, [p.urgent for p, *_ in placed], name="shared_read")
-        rows = []
-        for b in range(P):
-            addr = 0
-            for (port, _, _, places, touch), ready in zip(placed, readies):
-                addr = Mux(ready & touch[b], places[b][1], addr)
-            rd = mems[b].read_port()
-            m.d.comb += rd.addr.eq(addr)
-            rows.append(rd.data.as_value())
-        for (port, bank, offset, _, _), ready, (name, width) in zip(placed, readies, self.shared_reads.items()):
-            m.d.comb += port.ready.eq(ready)
-            self._pick(m, name, port, bank, offset, rows, width)
 
     def _row_writes(self, m: Module, mems: list):
         """One write port per memory for the RowWritePorts: each memory writes the row (and word enables) of
@@ -232,66 +205,126 @@ class BankedBuffer(wiring.Component):
             wp = mems[b].write_port(granularity=1)
             m.d.comb += [wp.addr.eq(addr), wp.data.eq(value), wp.en.eq(enables)]
 
-    def _tile_port(self, m: Module, mems: list, name: str, tile: TileReadPort):
-        """One read port per memory shared by the lanes of a TileReadPort. Each lane needs its first chunk,
-        and the next one when its wanted words (`tile.widths`) run past it and it is not `single` (parts 2l and
-        2l + 1). Each cycle every memory reads the
-        row of its lowest-numbered pending part, which serves every pending part of that chunk; `ready` when
-        none remains. A part's row is kept when it arrives, so the last cycle's rows complete the tile."""
+    def _reads(self, m: Module, mems: list):
+        """One read port per memory for all the TileReadPorts and SharedReadPorts of the buffer. Each cycle each
+        memory serves first the SharedReadPort the group grants it to (`_grants`), else one tile port: the
+        first in turn that has a pending part there (the turn passes to the next tile port every cycle, so no
+        tile port waits for another's whole instruction), which reads the row of its lowest-numbered pending
+        part in that memory (`_tile_requests`)."""
+        if not (self.tiles or self.shared_reads):
+            return
+        P = self.banks
+        shared = self._shared_requests(m)
+        tiles = {name: self._tile_requests(m, name, tile) for name, tile in self.tiles.items()}
+        names = list(tiles)
+        turn = Signal(range(max(2, len(names))), name="tile_turn")
+        if len(names) > 1:
+            m.d.sync += turn.eq(Mux(turn == len(names) - 1, 0, turn + 1))
+        rows, grants = [], {name: [] for name in names}
+        for b in range(P):
+            addr, taken = 0, Const(0, 1)
+            for port, _, _, places, touch, ready in shared:
+                mine = ready & touch[b]
+                addr, taken = Mux(mine, places[b][1], addr), taken | mine
+            for index, name in enumerate(names):
+                want, row = tiles[name]["banks"][b]
+                ahead = []                  # for each turn, the tile ports before this one
+                for first in range(len(names)):
+                    before = [(first + i) % len(names) for i in range((index - first) % len(names))]
+                    ahead.append((turn == first) & Cat(Const(0, 1), *(tiles[names[i]]["banks"][b][0] for i in before)).any())
+                grant = Signal(name=f"{name}_b{b}_grant")
+                m.d.comb += grant.eq(want & ~taken & ~Cat(*ahead).any())
+                addr = Mux(grant, row, addr)
+                grants[name].append(grant)
+            rd = mems[b].read_port()
+            m.d.comb += rd.addr.eq(addr)
+            rows.append(rd.data.as_value())
+        for (port, bank, offset, _, _, ready), (name, width) in zip(shared, self.shared_reads.items()):
+            m.d.comb += port.ready.eq(ready)
+            self._pick(m, name, port, bank, offset, rows, width)
+        for name, tile in self.tiles.items():
+            self._tile_serve(m, name, tile, tiles[name], grants[name], rows)
+
+    def _shared_requests(self, m: Module) -> list:
+        """The SharedReadPorts' requests and grants: (port, first bank, offset, places, the memories it
+        touches, ready) each."""
+        C, P = self.chunk, self.banks
+        out = []
+        for name, width in self.shared_reads.items():
+            port = getattr(self, name)
+            bank, offset, places = self._place(m, port.addr, name=name)
+            touch = Signal(P, name=f"{name}_touch")
+            two = offset + width > C
+            m.d.comb += [touch[b].eq(port.en & ((which == 0) | ((which == 1) & two)))
+                         for b, (which, _, _) in enumerate(places)]
+            out.append([port, bank, offset, places, touch])
+        readies = self._grants(m, [touch for *_, touch in out], [port.urgent for port, *_ in out], name="shared_read")
+        return [(*request, ready) for request, ready in zip(out, readies)]
+
+    def _tile_requests(self, m: Module, name: str, tile: TileReadPort) -> dict:
+        """A TileReadPort's parts: each lane needs its first chunk, and the next one when its wanted words
+        (`tile.widths`) run past it and it is not `single` (parts 2l and 2l + 1); the parts not yet served are
+        `pending`. Per memory, `banks[b]`: whether a part is pending there and the row of the lowest-numbered
+        one."""
         port = getattr(self, name)
-        lanes, width = tile.lanes, tile.words
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
-        parts = []                                      # (needed, bank, row) of part 2l, 2l + 1
-        offsets = []
-        for lane in range(lanes):
+        lc, P = _log2(self.chunk), self.banks
+        parts, offsets = [], []                         # (needed, bank, row) of part 2l, 2l + 1
+        for lane in range(tile.lanes):
             first, row = Signal(ADDRESS, name=f"{name}_l{lane}_chunk"), Signal(ADDRESS, name=f"{name}_l{lane}_row")
             bank = Signal(range(P), name=f"{name}_l{lane}_bank")
             m.d.comb += [first.eq(port.addr[lane] >> lc), bank.eq(first % P), row.eq(first // P)]
             offset = port.addr[lane][:lc] if lc else 0
             wraps = bank == P - 1
             parts.append((port.en[lane], bank, row))
-            runs_past = port.en[lane] & ~port.single[lane] & (offset + tile.widths[lane] > C)
+            runs_past = port.en[lane] & ~port.single[lane] & (offset + tile.widths[lane] > self.chunk)
             parts.append((runs_past, Mux(wraps, 0, bank + 1), row + wraps))
             offsets.append(offset)
-        served = Signal(2 * lanes, name=f"{name}_served")
-        pending = Signal(2 * lanes, name=f"{name}_pending")
+        served = Signal(2 * tile.lanes, name=f"{name}_served")
+        pending = Signal(2 * tile.lanes, name=f"{name}_pending")
         m.d.comb += pending.eq(Cat(*(needed for needed, _, _ in parts)) & ~served)
-        picked = []
+        banks = []
         for b in range(P):
             row_b = Signal(range(max(2, self.rows)), name=f"{name}_b{b}_row")
             any_b = Signal(name=f"{name}_b{b}_any")
-            for p in reversed(range(2 * lanes)):        # the lowest pending part in this bank wins
+            for p in reversed(range(2 * tile.lanes)):   # the lowest pending part in this bank wins
                 with m.If(pending[p] & (parts[p][1] == b)):
                     m.d.comb += [row_b.eq(parts[p][2]), any_b.eq(1)]
-            rd = mems[b].read_port()
-            m.d.comb += rd.addr.eq(row_b)
-            picked.append((row_b, any_b, rd.data.as_value()))
-        now = Signal(2 * lanes, name=f"{name}_now")
+            banks.append((any_b, row_b))
+        return {"parts": parts, "offsets": offsets, "served": served, "pending": pending, "banks": banks}
+
+    def _tile_serve(self, m: Module, name: str, tile: TileReadPort, request: dict, grants: list, rows: list):
+        """A TileReadPort's answer: a part is served when its memory was granted to the port and reads its row
+        (which serves every pending part of that chunk); `ready` when none remains. A part's row is kept when it
+        arrives, so the last cycle's rows complete the tile."""
+        port = getattr(self, name)
+        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        parts, pending, served = request["parts"], request["pending"], request["served"]
+        now = Signal(2 * tile.lanes, name=f"{name}_now")
         for p, (_, bank, row) in enumerate(parts):
             hit = 0
-            for b, (row_b, any_b, _) in enumerate(picked):
-                hit = hit | ((bank == b) & any_b & (row == row_b))
+            for b, ((_, row_b), grant) in enumerate(zip(request["banks"], grants)):
+                hit = hit | ((bank == b) & grant & (row == row_b))
             m.d.comb += now[p].eq(pending[p] & hit)
         m.d.comb += port.ready.eq((pending & ~now) == 0)
         m.d.sync += served.eq(Mux(port.ready, 0, served | now))
         now_d = Signal.like(now, name=f"{name}_now_d")
         m.d.sync += now_d.eq(now)
-        rows = []
+        values = []
         for p, (_, bank, _) in enumerate(parts):
             bank_d = Signal(range(P), name=f"{name}_p{p}_bank_d")
             kept = Signal(C * WORD, name=f"{name}_p{p}_kept")
             value = Signal(C * WORD, name=f"{name}_p{p}_row")
             m.d.sync += [bank_d.eq(bank), kept.eq(value)]
-            arrived = picked[0][2]
+            arrived = rows[0]
             for b in range(1, P):
-                arrived = Mux(bank_d == b, picked[b][2], arrived)
+                arrived = Mux(bank_d == b, rows[b], arrived)
             m.d.comb += value.eq(Mux(now_d[p], arrived, kept))
-            rows.append(value)
-        for lane in range(lanes):
+            values.append(value)
+        for lane, offset in enumerate(request["offsets"]):
             offset_d = Signal(max(lc, 1), name=f"{name}_l{lane}_offset_d")
-            m.d.sync += offset_d.eq(offsets[lane])
-            window = Cat(rows[2 * lane], rows[2 * lane + 1])
-            m.d.comb += port.data[lane].eq((window >> (offset_d * WORD))[:width * WORD])
+            m.d.sync += offset_d.eq(offset)
+            window = Cat(values[2 * lane], values[2 * lane + 1])
+            m.d.comb += port.data[lane].eq((window >> (offset_d * WORD))[:tile.words * WORD])
 
 
 class WriteArbiter(wiring.Component):

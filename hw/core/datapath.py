@@ -4,9 +4,10 @@
 (`UNITS`: matrix, vector, dma), wired port by port by name. Besides the unit's own `issue` stream and
 `status`, it has a `load` port (port_words words per cycle into ABUF or WBUF; it shares the unit's
 first write port into that buffer through a `WriteArbiter`, the unit winning) and a `dump` port
-(port_words words per cycle out of either buffer, one cycle after the address). A unit with an ABUF
-`SharedReadPort` also gets a `contend` port, first in ABUF's shared group: a testbench's reads that refuse
-the unit's when `urgent` (random stalls of the shared port). Every other member of
+(port_words words per cycle out of either buffer, one cycle after the address). A unit that reads ABUF through
+its shared read ports (a `TileReadPort` or a `SharedReadPort`) also gets a `contend` port, first in ABUF's shared
+group: a testbench's reads, which take their memories before any tile port and, when `urgent`, before the
+unit's shared reads (random stalls of the unit's reads, as other units cause in the core). Every other member of
 the unit (its outside ports: AXI4 masters, ring streams, card id, ...) is a member of the harness of the
 same name and direction, wired straight through.
 
@@ -25,7 +26,7 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.isa import Space
 
 from .buffers import Buffers, WriteArbiter
-from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, WritePort
+from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, TileReadPort, WritePort
 
 UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
          "dma": "ringgpt.hw.core.dma:DMAUnit", "router": "ringgpt.hw.core.router:Router"}
@@ -59,7 +60,7 @@ class Datapath(wiring.Component):
         self.dump_layout = data.StructLayout({"space": Space, "addr": ADDRESS_BITS})
         self.outside = {name: member for name, member in self.unit.signature.members.items()
                         if name not in ("issue", "status") and name not in self.unit.buffer_ports}
-        contended = any(space == Space.ABUF and isinstance(sig, SharedReadPort)
+        contended = any(space == Space.ABUF and isinstance(sig, (SharedReadPort, TileReadPort))
                         for space, sig in self.unit.buffer_ports.values())
         self.contend_port = SharedReadPort(self.cfg.buffer_chunk_words) if contended else None
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),

@@ -27,7 +27,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, ReadPort, RowWritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort, WritePort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
@@ -318,8 +318,10 @@ class DMAUnit(wiring.Component):
     Outside ports: `hbm0` .. `hbm{C-1}` (C = hbm_channels) and `host`, AXI4 masters of hbm_port_bits
     (hw/core/axi.py), and the inputs `hbm_base` (a byte base per channel: channel c's local word w is at
     hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
-    are multiples of the beat. Buffer ports: `abuf_src`, `abuf_dst`, `wbuf_dst` (vector_width words: the
-    on-chip copies and the transpose tile's columns), and per AXI port p `p_to_abuf`, `p_to_wbuf`
+    are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of vector_width words: the on-chip
+    copies' chunks and GATHER's ABUF indices; a step that reads waits for its grant), `abuf_dst`, `wbuf_dst`
+    (WritePorts of vector_width words: the on-chip copies and the transpose tile's columns), and per AXI port p
+    `p_to_abuf`, `p_to_wbuf`
     (RowWritePorts of the buffers' chunk) and `abuf_to_p` (a SharedReadPort of a beat: hbm_port_bits / 16
     words), each kind one group that shares a port per memory.
 
@@ -370,7 +372,7 @@ class DMAUnit(wiring.Component):
         if cfg.hbm_interleave_words % B:
             raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
         hbm.check_rtl_map(cfg.hbm_channels, cfg.hbm_interleave_words)
-        self.buffer_ports = {"abuf_src": (Space.ABUF, ReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P)),
+        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P)),
                              "wbuf_dst": (Space.WBUF, WritePort(P))}
         for port in self.ports:
             self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
@@ -556,10 +558,14 @@ class DMAUnit(wiring.Component):
         m.d.comb += tile_cols.eq(Mux(cols_left > P, P, cols_left))
         straight = running & on_chip & ~transpose
         fill = running & tile_mode & (phase == FILL)
+        # abuf_src shares ABUF's read ports (SharedReadPort): a step that reads it advances only when granted
+        read_wanted = straight | (fill & on_chip) | (running & is_gather & ~host_indices & ~abort)
+        granted = self.abuf_src.ready
+        m.d.comb += [self.abuf_src.en.eq(read_wanted), self.abuf_src.urgent.eq(0)]
         drain = running & tile_mode & (phase == DRAIN)
         tile_full = Signal()
         jobs_ready = Signal()
-        fill_step = fill & (on_chip | jobs_ready)
+        fill_step = fill & Mux(on_chip, granted, jobs_ready)
 
         # the row-job generator (off-chip straight LOAD/STORE, GATHER, transposed STORE): an outer loop `u` and
         # an inner loop `v` over the off-chip address `x_addr` and the buffer address `b_addr`
@@ -594,7 +600,7 @@ class DMAUnit(wiring.Component):
                 run_or_refuse(m, code, running)
             with m.State("RUN"):
                 m.d.sync += cycles.eq(cycles + 1)
-                with m.If(straight):
+                with m.If(straight & granted):
                     m.d.sync += t.eq(Mux(last_chunk, 0, t + 1))
                     with m.If(last_chunk):
                         m.d.sync += cur_r.eq(cur_r + 1)
@@ -662,7 +668,7 @@ class DMAUnit(wiring.Component):
 
         # --- GATHER's indices: from ABUF (abuf_src, one per two cycles) or from the host engine's beats -----------------
         fresh = Signal()        # abuf_src.data holds the index of row u
-        m.d.sync += fresh.eq(running & ~emit)
+        m.d.sync += fresh.eq(running & ~emit & granted)
         m.submodules.indices = indices = fifo.SyncFIFO(width=beat_layout(B).size, depth=2)
         head = beat_layout(B)(indices.r_data)
         lane = Signal(range(B))
@@ -685,7 +691,8 @@ class DMAUnit(wiring.Component):
         lane_mask = Signal(P)
         m.d.comb += [lane_mask[k].eq(col + k < n) for k in range(P)]
         step = Signal(data.StructLayout({"valid": 1, "fill": 1, "i": range(P), "addr": 32, "mask": P}))
-        m.d.comb += [step.valid.eq(straight), step.fill.eq(fill & on_chip), step.i.eq(i), step.addr.eq(dst_addr),
+        m.d.comb += [step.valid.eq(straight & granted), step.fill.eq(fill & on_chip & granted), step.i.eq(i),
+                     step.addr.eq(dst_addr),
                      step.mask.eq(lane_mask)]
         step1 = pipe(m, step, READ_LATENCY, name="step1")
         got = self.abuf_src.data

@@ -9,10 +9,11 @@
 * `ReadPort(words)` / `WritePort(words)`: a buffer port `words` FP16 words wide at any word address
   (the buffers shift the words of two chunk rows into place; see `buffers.py`). Reads return data one cycle after the
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
-* `TileReadPort(lanes, words)`: `lanes` reads at once through one memory port per bank, which may take
-  several cycles (`ready`); the matrix unit's weight tiles.
+* `TileReadPort(lanes, words)`: `lanes` reads at once through the buffer's one read port per bank, which may
+  take several cycles (`ready`); the matrix unit's tiles, the vector unit's operands.
 * `SharedReadPort(words)` / `RowWritePort(chunk)`: requesters of a group that shares one read (write)
-  port per memory, granted in priority order (`ready`); the DMA engines' beats.
+  port per memory, granted in priority order (`ready`), the reads ahead of the tile ports; the DMA's beats
+  and on-chip chunks, the router's payload.
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from
 `isa.OPCODES`, so no field width, opcode number or space code is restated here.
@@ -115,8 +116,9 @@ class TileReadPort(wiring.Signature):
     which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A
     lane reads its first chunk and the next one when its wanted words run past it. A bank serves one distinct
     chunk per cycle, so a request whose busiest bank holds c distinct chunks takes c cycles
-    (`buffers.tile_read_cycles`): `ready` is low for the first c - 1, and the unit holds `addr`, `en` and
-    `single` until it is high. With no lane enabled `ready` is high."""
+    (`buffers.tile_read_cycles`), more while the buffer's other readers hold its banks: `ready` is low until
+    the last chunk is read, and the unit holds `addr`, `en` and `single` until it is high. With no lane enabled
+    `ready` is high."""
 
     def __init__(self, lanes: int, words: int, widths: tuple | None = None):
         self.lanes, self.words = lanes, words

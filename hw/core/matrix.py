@@ -61,11 +61,12 @@ class MatrixUnit(wiring.Component):
     >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
     A beat's weight tiles, x tile and (a pair's last) bias are the lanes of the buffers' TileReadPorts (one
     read port per buffer memory); when they need c > 1 cycles (buffers.tile_read_cycles, the slower buffer)
-    the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen). Latency: `latency`
+    the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen), and longer while the
+    buffer's other readers (the vector unit, the DMA, the router) hold the memories it needs. Latency: `latency`
     cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
     add, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles (`Completion.cycles`) =
-    `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the stalls as
-    sim/cycle_model.matrix_stall_cycles counts them.
+    `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the stalls (alone on the
+    buffers) as sim/cycle_model.matrix_stall_cycles counts them.
 
     Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
     `buffer_ports` (name -> (space, signature)).

@@ -63,8 +63,9 @@ class VectorUnit(wiring.Component):
     docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
     are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
     of their chunks in one memory: buffers.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
-    read data held. Busy cycles (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the
-    stalls as sim/cycle_model.vector_stall_cycles counts them.
+    read data held, and longer while ABUF's other readers hold the memories it needs. Busy cycles
+    (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the stalls (alone on the buffers) as
+    sim/cycle_model.vector_stall_cycles counts them.
     """
 
     opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)

@@ -519,3 +519,21 @@ async def offchip_full_rate(dut):
         lines.append(f"{inst}: {cycles} busy cycles, estimate {tb.estimate(inst, regs, state)}")
     cocotb.log.info("\n".join(lines))
     assert not wrong, "\n".join(wrong)
+
+
+@cocotb.test()
+async def contended_bit_exact(dut):
+    """On-chip LOADs (straight and transposed) and every off-chip kind while other readers take ABUF's memories in
+    half the cycles (the harness's `contend` port, urgent: ahead of the on-chip reads, GATHER's ABUF indices and
+    the STOREs' beats): bit-exact, and the on-chip copies waited."""
+    args = bench.args()
+    tb = DmaTB(dut)
+    await tb.start()
+    rng = np.random.default_rng(args["seed"] + 2)
+    cases = [(*dma_case(rng, tb.cfg, transpose=bool(index % 2)), random_state(rng, tb.cfg))
+             for index in range(max(4, args["instructions"] // 5))]
+    await tb.check_contended(cases)
+    for index in range(max(len(KINDS), args.get("offchip", 0) // 5)):
+        kind = KINDS[index % len(KINDS)]
+        inst, regs, placed = offchip_case(rng, tb.cfg, kind)
+        await tb.check_dma(inst, regs, state_with(rng, tb.cfg, placed), label=f"contended #{index} {kind}")

@@ -205,3 +205,16 @@ async def full_rate(dut):
         expected = unit.overhead + issue + modeled + unit.latency + (unit.row_max_latency if op == Opcode.MASKED_QK else 0)
         assert cycles == expected, f"{inst}: {cycles} busy cycles, expected {expected} ({issue} issue, {modeled} stalls)"
     tb.save_records(bench.args().get("record"))
+
+
+@cocotb.test()
+async def contended_instructions_bit_exact(dut):
+    """Random MATMULs and MASKED_QKs while other readers take ABUF's memories in half the cycles (the harness's
+    `contend` port, as the vector unit and the DMA do in the core): bit-exact, and the unit waited."""
+    args = bench.args()
+    tb = DatapathTB(dut)
+    await tb.start()
+    rng = np.random.default_rng(args["seed"] + 1)
+    cases = [(*matrix_case(rng, tb.cfg, Opcode.MATMUL if index % 2 else Opcode.MASKED_QK), random_state(rng, tb.cfg))
+             for index in range(max(4, args["instructions"] // 10))]
+    await tb.check_contended(cases)

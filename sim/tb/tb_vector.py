@@ -237,3 +237,18 @@ async def full_rate(dut):
             wrong.append(f"{inst}: {cycles} busy cycles, expected {expected}")
     tb.save_records(bench.args().get("record"))
     assert not wrong, "\n".join(wrong)
+
+
+@cocotb.test()
+async def contended_instructions_bit_exact(dut):
+    """Random instructions while other readers take ABUF's memories in half the cycles (the harness's `contend`
+    port, as the matrix unit and the DMA do in the core): bit-exact, and the unit waited."""
+    args = bench.args()
+    tb = DatapathTB(dut)
+    await tb.start()
+    rng = np.random.default_rng(args["seed"] + 1)
+    cases = []
+    for index in range(max(4, args["instructions"] // 5)):
+        op = VECTOR_OPS[(3 * index) % len(VECTOR_OPS)]
+        cases.append((*vector_case(rng, tb.cfg, op), vector_state(rng, tb.cfg, op)))
+    await tb.check_contended(cases)
