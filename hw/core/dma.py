@@ -28,7 +28,7 @@ from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, RowWritePort,
-                         SharedReadPort, WritePort,
+                         SharedReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 
@@ -320,7 +320,8 @@ class DMAUnit(wiring.Component):
     hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
     are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of vector_width words: the on-chip
     copies' chunks and GATHER's ABUF indices; a step that reads waits for its grant), `abuf_dst`, `wbuf_dst`
-    (WritePorts of vector_width words: the on-chip copies and the transpose tile's columns), and per AXI port p
+    (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words shifted into two chunk rows,
+    first in their buffer's group and urgent, so never refused), and per AXI port p
     `p_to_abuf`, `p_to_wbuf`
     (RowWritePorts of the buffers' chunk) and `abuf_to_p` (a SharedReadPort of a beat: hbm_port_bits / 16
     words), each kind one group that shares a port per memory.
@@ -361,6 +362,9 @@ class DMAUnit(wiring.Component):
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:
             raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
+        if cfg.vector_width > cfg.buffer_chunk_words:
+            raise ValueError(f"the DMA unit writes vector_width ({cfg.vector_width}) words as two rows of the buffers' "
+                             f"{cfg.buffer_chunk_words}-word chunks: vector_width must not exceed the chunk")
         self.cfg = cfg
         self.width = P = cfg.vector_width
         self.beat_words = B = cfg.hbm_port_bits // WORD
@@ -372,8 +376,10 @@ class DMAUnit(wiring.Component):
         if cfg.hbm_interleave_words % B:
             raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
         hbm.check_rtl_map(cfg.hbm_channels, cfg.hbm_interleave_words)
-        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P)),
-                             "wbuf_dst": (Space.WBUF, WritePort(P))}
+        # the on-chip writes first in each buffer's row-write group and urgent: always granted (see elaborate)
+        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)),
+                             "abuf_dst": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
+                             "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
         for port in self.ports:
             self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
                                       f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words)),
@@ -743,9 +749,13 @@ class DMAUnit(wiring.Component):
         with m.Elif(drain):
             m.d.sync += [wreg.addr.eq(dst_addr), wreg.mask.eq(tile_mask)]
             m.d.sync += [wreg.data[row].eq(tile[row][0]) for row in range(P)]
+        # as two rows of the buffers' chunks: the first of its group and urgent, so granted every cycle (its
+        # engines, the rest of the group, are idle during on-chip copies); `ready` is not needed
+        lc = _log2(cfg.buffer_chunk_words)
+        offset = wreg.addr[:lc]
         for port, enable in ((self.abuf_dst, wreg.abuf), (self.wbuf_dst, wreg.wbuf)):
-            m.d.comb += [port.addr.eq(wreg.addr), port.data.eq(wreg.data), port.mask.eq(wreg.mask),
-                         port.en.eq(enable)]
+            m.d.comb += [port.first.eq(wreg.addr >> lc), port.data.eq(wreg.data.as_value() << (offset * WORD)),
+                         port.mask.eq(wreg.mask << offset), port.en.eq(enable), port.urgent.eq(1)]
         with m.If(wreg.abuf | wreg.wbuf):
             m.d.sync += written.eq(written + 1)
 
