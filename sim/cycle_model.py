@@ -71,9 +71,10 @@ def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, 
 def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     """Cycles the matrix unit stalls while a MATMUL's or MASKED_QK's tiles are read (hw/core/matrix.py): beat (row,
     column group g, tile t) reads, as lanes of each buffer's TileReadPort, its weight tiles (weight_beat_cycles'
-    lanes, in src2's buffer), its x tile (ABUF: mac_width words at src1 + row * src1_stride + t * mac_width) and,
-    at a pair's last tile, the MATMUL's bias (mpu_lanes words at aux + g * mpu_lanes, in aux's buffer), and takes
-    the slower buffer's tile_read_cycles; the sum of those - 1 over every beat."""
+    lanes, in src2's buffer), its x tile (ABUF: mac_width words at src1 + row * src1_stride + t * mac_width,
+    unless the beat issued before it had the same: `_x_reads`) and, at a pair's last tile, the MATMUL's bias
+    (mpu_lanes words at aux + g * mpu_lanes, in aux's buffer), and takes the slower buffer's tile_read_cycles;
+    the sum of those - 1 over every beat."""
     has_bias = r.op is Opcode.MATMUL and r.aux[0] is not Space.NONE
     lanes = {"weights": (r.src2[0], r.src2[1], r.src2_stride), "bias": (r.aux[0], r.aux[1], 0) if has_bias else None}
     # x alone in ABUF never stalls (its two chunks lie in two memories), and then no lane depends on the row
@@ -107,7 +108,7 @@ def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, rows: in
             words += [W] * L
         if x is not None and x[0] is space:
             starts.append(np.broadcast_to(x[1] + row[..., :1] * x[2] + t[..., :1] * W, one))
-            enabled.append(np.ones(one, bool))
+            enabled.append(_x_reads(rows, groups, tiles, x[2], cfg)[..., None])
             words.append(W)
         if bias is not None and bias[0] is space:
             starts.append(np.broadcast_to(bias[1] + g[..., :1] * L, one))
@@ -117,6 +118,27 @@ def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, rows: in
             cycles = np.maximum(cycles, tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1),
                                                          np.array(words), cfg.buffer_chunk_words, cfg.buffer_banks))
     return int((cycles - 1).sum())
+
+
+def _x_reads(rows: int, groups: int, tiles: int, stride: int, cfg: ArchConfig) -> np.ndarray:
+    """Which beats (row, group, tile) read their x tile: those whose x address (row * stride + t * mac_width from
+    src1) differs from the beat issued before (hw/core/matrix.py's order: sets of pairs (row, group), row-major,
+    of loop_latency pairs or all remaining ones when fewer than twice that remain; each tile across the set's
+    pairs in turn), and the first."""
+    loop, pairs = unit_timing(cfg)["matrix"]["loop"], rows * groups
+    first, end = np.zeros(pairs, np.int64), np.zeros(pairs, np.int64)     # each pair's set: its first pair, its end
+    begin = 0
+    while begin < pairs:
+        stop = pairs if pairs - begin < 2 * loop else begin + loop
+        first[begin:stop], end[begin:stop] = begin, stop
+        begin = stop
+    p, t = np.meshgrid(np.arange(pairs), np.arange(tiles), indexing="ij")
+    opens = p == first[p]
+    prev_p = np.where(~opens, p - 1, np.where(t > 0, end[p] - 1, p - 1))
+    prev_t = np.where(~opens, t, np.where(t > 0, t - 1, tiles - 1))
+    address = (p // groups) * stride + t * cfg.mac_width
+    reads = (prev_p < 0) | ((prev_p // groups) * stride + prev_t * cfg.mac_width != address)
+    return reads.reshape(rows, groups, tiles)
 
 
 @functools.lru_cache(maxsize=4096)

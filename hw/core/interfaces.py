@@ -113,8 +113,9 @@ class TileReadPort(wiring.Signature):
     """`lanes` reads of `words` words each, at any word addresses, through one memory port per bank:
     `data[l][i]` = buffer[addr[l] + i] for the lanes with `en[l]` and i < widths[l] (the words lane l needs,
     by default `words`; only i = 0 for a lane with `single[l]`: a row scalar), READ_LATENCY after the cycle in
-    which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A
-    lane reads its first chunk and the next one when its wanted words run past it. A bank serves one distinct
+    which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A lane
+    not enabled keeps the rows it last read: while its `addr` and `single` stay those of that read, its data are
+    those words again (the matrix unit's x tile, re-used by consecutive beats). A lane reads its first chunk and the next one when its wanted words run past it. A bank serves one distinct
     chunk per cycle, so a request whose busiest bank holds c distinct chunks takes c cycles
     (`buffers.tile_read_cycles`), more while the buffer's other readers hold its banks: `ready` is low until
     the last chunk is read, and the unit holds `addr`, `en` and `single` until it is high. With no lane enabled

@@ -12,8 +12,9 @@ walks *pairs* (row r, column group g of mpu_lanes columns), row-major, in *sets*
 `loop_latency` pairs (the tile accumulator's adder loop): for each tile t, one beat per pair of the
 set; so consecutive tiles of one sum are at least loop_latency beats apart and the accumulator never
 stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2 * loop_latency
-remain (so `contexts` = 2 * loop_latency - 1). Each beat reads one x tile (broadcast to all lanes) and
-one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k, and a pair's
+remain (so `contexts` = 2 * loop_latency - 1). Each beat uses one x tile (broadcast to all lanes; read
+only when its address differs from the previous beat's, else the tile port's kept rows serve it again:
+consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k, and a pair's
 last beat also reads the pair's mpu_lanes bias words, which wait with the pair's row and group in a FIFO
 for its sums. All of a beat's reads are the lanes of the two buffers' TileReadPorts (`abuf_tiles`: weights,
 x, bias; `wbuf_tiles`: weights, bias), one read port per buffer memory.
@@ -36,8 +37,9 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort,
+                         accept_states, block_fits, check_instruction, done_state, error_code, latency_of, pipe, reported,
+                         resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
 FP16_NEG_ZERO = 0x8000
@@ -188,8 +190,16 @@ class MatrixUnit(wiring.Component):
         # one beat: the lanes' weight tiles, the x tile (ABUF) and, at a pair's last tile, its bias (aux + g * L)
         tile_base = t << lw
         weights_abuf = s_src2 == Space.ABUF
-        core.d.comb += [requests[Space.ABUF].addr[self.x_lane].eq(src1 + cur_r * r["src1_stride"] + tile_base),
-                        requests[Space.ABUF].en[self.x_lane].eq(issuing)]
+        # x is read only when it differs from the previous beat's: a lane not enabled keeps its rows
+        x_addr, x_last = Signal(ADDRESS_BITS, name="x_addr"), Signal(ADDRESS_BITS, name="x_last")
+        x_kept = Signal(name="x_kept")
+        core.d.comb += [x_addr.eq(src1 + cur_r * r["src1_stride"] + tile_base),
+                        requests[Space.ABUF].addr[self.x_lane].eq(x_addr),
+                        requests[Space.ABUF].en[self.x_lane].eq(issuing & ~(x_kept & (x_addr == x_last)))]
+        with core.If(issuing):
+            core.d.sync += [x_last.eq(x_addr), x_kept.eq(1)]
+        with core.If(~running):
+            core.d.sync += x_kept.eq(0)
         for space, request in requests.items():
             for lane in range(L):
                 column = cur_g * L + lane

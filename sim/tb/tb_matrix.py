@@ -168,7 +168,7 @@ async def full_rate(dut):
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart; the unaligned
     2 * mac_width + 1 stall), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair), the x tile with a key tile (one a row), or both buffers take several cycles (the slower's)."""
+    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), or both buffers take several cycles (the slower's)."""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -188,6 +188,9 @@ async def full_rate(dut):
             (Opcode.MATMUL, 1, L, W, {"aux": wbuf(period)}, 1),
             # keys in ABUF, rows one chunk apart from a whole period on: x row r and key column r in one memory
             (Opcode.MASKED_QK, 2, L, W, {"src2": abuf(1024 + period)}, 2),
+            # one row of two column groups: the second beat re-uses the x tile, so only column 0 meets it (column L + 1,
+            # in the same memory, would too if x were read again)
+            (Opcode.MASKED_QK, 1, 2 * L, W, {"src2": abuf(1024 + period)}, 1),
             # both buffers slow: 3 weight columns a period apart (3 cycles), x and the bias in one memory (2); the
             # buffer served first waits for the other, it does not start over (which would take 5)
             (Opcode.MATMUL, 1, 3, W, {"src2_stride": period, "aux": abuf(1024 + period)}, 2)):
