@@ -142,9 +142,11 @@ def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
     hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; the TileReadPorts and
     SharedReadPorts of a buffer together are one read port per memory, and every other read port one of its
-    own, so each is a copy of the buffer; all its RowWritePorts together one write port per memory)."""
+    own, so each is a copy of the buffer; all its RowWritePorts and SharedWritePorts together one write port per
+    memory, and every other write port one of its own)."""
     from ringgpt.hw.core.core import UNIT_CLASSES
-    from ringgpt.hw.core.interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, TileReadPort, WritePort
+    from ringgpt.hw.core.interfaces import (WORD, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort,
+                                            WritePort)
     from ringgpt.hw.isa import Space
     ports = {}
     for name, cls in UNIT_CLASSES.items():
@@ -160,7 +162,7 @@ def buffer_estimate(cfg) -> dict:
         depth = -(-words // chunk // banks)
         reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
         writes = sorted(name for name, sig in mine.items() if isinstance(sig, WritePort))
-        for kinds, listed in (((TileReadPort, SharedReadPort), reads), ((RowWritePort,), writes)):
+        for kinds, listed in (((TileReadPort, SharedReadPort), reads), ((RowWritePort, SharedWritePort), writes)):
             group = sorted(name for name, sig in mine.items() if isinstance(sig, kinds))
             if group:
                 listed.append(f"{' and '.join(k.__name__ for k in kinds)} group of {len(group)}: {', '.join(group)}")

@@ -39,7 +39,9 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
 @pytest.mark.parametrize("resolved,cost,cls", [
     (Resolved(Opcode.MATMUL, rows=3, n=40, k=100, dst=ABUF, src1=ABUF, src2=WBUF),
      (Unit.MATRIX, 4 + 3 * 13 * 10 + 41, 0, 0, 0), "matrix"),
-    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 41 + 2, 0, 0, 0), "matrix"),
+    # dst and aux both at 0: row 0's maximum (memory 0) is written with pair 4's results (row 1, group 1: words
+    # 4..7 at dst_stride 0, memory 0), so one waits a cycle
+    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 1 + 41 + 2, 0, 0, 0), "matrix"),
     (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 4 + 2 * 3 + 10, 0, 0, 0), "vector"),
     (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 4 + 5 + 26, 0, 0, 0), "vector"),
     # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks

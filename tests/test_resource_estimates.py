@@ -15,7 +15,10 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 37: " + ", ".join(sorted(
         ["dma.abuf_src", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]
         + [f"dma.abuf_to_{port}" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
-    # ABUF: the matrix unit's destination and row maxima, the vector unit's, the router's, and the row-write group of
-    # the on-chip DMA and the 33 engines; WBUF: that group alone
-    assert (len(buffers["ABUF"]["write_ports"]), len(buffers["WBUF"]["write_ports"])) == (5, 1)
+    # every write of the core one write port per memory: ABUF's the on-chip DMA's and the engines' rows and the
+    # matrix unit's results and row maxima, the vector unit's, the router's; WBUF's the DMA's rows
+    assert buffers["ABUF"]["write_ports"] == ["RowWritePort and SharedWritePort group of 38: " + ", ".join(sorted(
+        ["dma.abuf_dst", "matrix.abuf_dst", "matrix.abuf_aux", "vector.abuf_dst", "router.abuf_dst"]
+        + [f"dma.{port}_to_abuf" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
+    assert len(buffers["WBUF"]["write_ports"]) == 1
     assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510

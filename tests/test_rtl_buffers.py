@@ -176,6 +176,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
 
 SHARED_READS = {"s_wide": 8, "s_odd": 3, "s_beat": 8}
 ROW_WRITES = ("w_first", "w_second", "w_third")
+SHARED_WRITES = {"sw_wide": 8, "sw_odd": 3}
 
 
 def _granted(touches: list, urgent: list) -> list:
@@ -193,8 +194,9 @@ def _granted(touches: list, urgent: list) -> list:
 
 @pytest.mark.parametrize("banks", [2, 5])
 def test_shared_ports_grant_in_priority_order(banks):
-    """Three SharedReadPorts and three RowWritePorts over one read and one write port per memory: random
-    requests (often several on one memory), some urgent, against a word array; `ready` is exactly the grant
+    """Three SharedReadPorts, and three RowWritePorts with two SharedWritePorts after them, over one read and one
+    write port per memory: random requests (often several on one memory; a shared write claims its whole
+    window, mask or not), some urgent, against a word array; `ready` is exactly the grant
     (no requester granted before it, urgent ones first, on one of the memories it touches), every granted read returns its
     words the cycle after, every granted row write lands (word enables, both chunks, nothing past the end) and
     nothing else does; every word is read back at the end. Fails if a memory served the wrong requester or row,
@@ -202,7 +204,7 @@ def test_shared_ports_grant_in_priority_order(banks):
     words, chunk, cycles = 256, 8, 500
     chunks = words // chunk
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={"check": chunk}, writes={},
-                       shared_reads=SHARED_READS, row_writes=ROW_WRITES)
+                       shared_reads=SHARED_READS, row_writes=ROW_WRITES, shared_writes=SHARED_WRITES)
     rng = np.random.default_rng(banks + 10)
     model = np.zeros(words, dtype=np.int64)
     wrong, grants = [], {"read": [0, 0], "write": [0, 0]}
@@ -235,13 +237,25 @@ def test_shared_ports_grant_in_priority_order(banks):
                 writes[name] = (first, mask, values)
                 write_touch.append({(first + h) % banks for h in (0, 1) if mask >> (h * chunk) & ((1 << chunk) - 1)}
                                    if en else set())
-            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *ROW_WRITES]}
+            for name, width in SHARED_WRITES.items():       # the words at any address; they claim their window
+                port, en = getattr(buf, name), bool(rng.random() < 0.6 and cycle > 3)
+                addr = (hot * chunk + int(rng.integers(-chunk, 2 * chunk))) % words if rng.random() < 0.6 else \
+                    _address(rng, words, width, chunk)
+                mask = int(rng.integers(0, 1 << width))
+                values = [int(v) for v in rng.integers(0, 1 << 16, width)]
+                ctx.set(port.en, en)
+                ctx.set(port.addr, addr)
+                ctx.set(port.mask, mask)
+                ctx.set(port.data, values)
+                writes[name] = (addr // chunk, (mask << addr % chunk), [0] * (addr % chunk) + values)
+                write_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}} if en else set())
+            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *ROW_WRITES, *SHARED_WRITES]}
             for name, value in urgent.items():
                 ctx.set(getattr(buf, name).urgent, value)
             read_ready = _granted(read_touch, [urgent[name] for name in SHARED_READS])
-            write_ready = _granted(write_touch, [urgent[name] for name in ROW_WRITES])
+            write_ready = _granted(write_touch, [urgent[name] for name in [*ROW_WRITES, *SHARED_WRITES]])
             for kind, names, expected, touches in (("read", SHARED_READS, read_ready, read_touch),
-                                                   ("write", ROW_WRITES, write_ready, write_touch)):
+                                                   ("write", [*ROW_WRITES, *SHARED_WRITES], write_ready, write_touch)):
                 for name, ready, touch in zip(names, expected, touches):
                     got = bool(ctx.get(getattr(buf, name).ready))
                     if got != ready:
@@ -255,13 +269,13 @@ def test_shared_ports_grant_in_priority_order(banks):
                     got = [int(v) for v in ctx.get(getattr(buf, name).data)]
                     if got != [int(v) for v in model[addr:addr + width]]:
                         wrong.append((cycle, name, addr, got))
-            for name, ready, touch in zip(ROW_WRITES, write_ready, write_touch):
+            for name, ready, touch in zip([*ROW_WRITES, *SHARED_WRITES], write_ready, write_touch):
                 first, mask, values = writes[name]
                 if touch and ready:
                     for i, value in enumerate(values):
                         if mask >> i & 1 and first * chunk + i < words:
                             model[first * chunk + i] = value
-        for name in [*SHARED_READS, *ROW_WRITES]:
+        for name in [*SHARED_READS, *ROW_WRITES, *SHARED_WRITES]:
             ctx.set(getattr(buf, name).en, 0)
         for addr in range(0, words, chunk):             # then every word
             ctx.set(buf.check.addr, addr)

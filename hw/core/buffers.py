@@ -21,10 +21,11 @@ payload) and the tile ports of a buffer all share that one read port per memory 
 memory serves first the single read its group grants (the `urgent` ones first: the DMA marks the engines
 behind the leader, the router marks its reads; then in the order listed; `_grants`), else one tile port's
 chunk, the tile ports taking turns each cycle. A requester that is not served holds its request, and a tile
-port keeps the chunks it was already given. The engines' rows share one write port per memory
-(`RowWritePort`, LOAD and GATHER: whole rows, which the engines assemble from their beats) the same way;
-every other write port, and every plain `ReadPort` (the harness's dump), is still a memory port of its own
-(docs/rtl-core.md, "Resources").
+port keeps the chunks it was already given. The writes share one write port per memory the same way
+(`_writes`): the rows (`RowWritePort`: the on-chip DMA's copies, first; the engines' LOAD and GATHER rows,
+which they assemble from their beats) and then the units' writes (`SharedWritePort`: the matrix unit's
+results and row maxima, the vector unit's, the router's), the urgent ones first. A plain `ReadPort` or
+`WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
 other); every port is a memory port of its own, so the halves need no memories of their own. Ports are
@@ -42,7 +43,7 @@ from amaranth.lib.wiring import In
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 
-from .interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, TileReadPort, WritePort
+from .interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort, WritePort
 
 
 ADDRESS = 33
@@ -61,20 +62,22 @@ class BankedBuffer(wiring.Component):
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes at least
     `tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
-    memory (the shared reads granted first, see `_reads`), and the `row_writes` (names of RowWritePorts) one
-    write port per memory, each group granted the urgent requesters first, each class in the order listed
-    (see `_grants`); a row write wins over the other write ports on a shared word."""
+    memory (the shared reads granted first, see `_reads`), and the `row_writes` (names of RowWritePorts) and
+    `shared_writes` (name -> width: SharedWritePorts) one write port per memory (the row writes listed first),
+    each group granted the urgent requesters first, each class in the order listed (see `_grants`); the group's
+    write wins over the plain write ports on a shared word."""
 
     def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None,
-                 shared_reads: dict | None = None, row_writes: tuple = ()):
+                 shared_reads: dict | None = None, row_writes: tuple = (), shared_writes: dict | None = None):
         if chunk < 1 or chunk & (chunk - 1):
             raise ValueError(f"chunk must be a power of two, got {chunk}")
         if banks < 2:
             raise ValueError(f"banks must be at least 2, got {banks}")
         if words % chunk:
             raise ValueError(f"{words} words do not split into {chunk}-word chunks")
-        tiles, shared_reads = dict(tiles or {}), dict(shared_reads or {})
-        wide = [w for w in [*reads.values(), *writes.values(), *(t.words for t in tiles.values()), *shared_reads.values()]
+        tiles, shared_reads, shared_writes = dict(tiles or {}), dict(shared_reads or {}), dict(shared_writes or {})
+        wide = [w for w in [*reads.values(), *writes.values(), *(t.words for t in tiles.values()), *shared_reads.values(),
+                                *shared_writes.values()]
                 if not 1 <= w <= chunk]
         if wide:
             raise ValueError(f"ports of {wide} words: each must be 1 to the {chunk}-word chunk")
@@ -82,12 +85,13 @@ class BankedBuffer(wiring.Component):
         self.chunks = words // chunk
         self.rows = -(-self.chunks // banks)
         self.reads, self.writes, self.tiles = dict(reads), dict(writes), tiles
-        self.shared_reads, self.row_writes = shared_reads, tuple(row_writes)
+        self.shared_reads, self.row_writes, self.shared_writes = shared_reads, tuple(row_writes), shared_writes
         super().__init__({**{name: In(ReadPort(w)) for name, w in reads.items()},
                           **{name: In(WritePort(w)) for name, w in writes.items()},
                           **{name: In(tile) for name, tile in tiles.items()},
                           **{name: In(SharedReadPort(w)) for name, w in shared_reads.items()},
-                          **{name: In(RowWritePort(chunk)) for name in self.row_writes}})
+                          **{name: In(RowWritePort(chunk)) for name in self.row_writes},
+                          **{name: In(SharedWritePort(w)) for name, w in shared_writes.items()}})
 
     def _place(self, m: Module, addr, *, name: str):
         """An access at `addr`: its first chunk's bank and offset, and for each memory b which of the
@@ -149,7 +153,7 @@ class BankedBuffer(wiring.Component):
                              wp.data.eq(Mux(which[0], window[C * WORD:], window[:C * WORD])),
                              wp.en.eq(Mux(inside & ~which[1], Mux(which[0], enables[C:], enables[:C]), 0))]
         self._reads(m, mems)
-        self._row_writes(m, mems)
+        self._writes(m, mems)
         return m
 
     def _grants(self, m: Module, touches: list, urgent: list, *, name: str) -> list:
@@ -172,32 +176,44 @@ class BankedBuffer(wiring.Component):
             m.d.comb += readies[-1].eq(Mux(urgent[k], free[k, 1], free[k, 0]))
         return readies
 
-    def _row_writes(self, m: Module, mems: list):
-        """One write port per memory for the RowWritePorts: each memory writes the row (and word enables) of
-        the granted requester whose first or second chunk lies in it."""
-        if not self.row_writes:
+    def _writes(self, m: Module, mems: list):
+        """One write port per memory for the RowWritePorts and the SharedWritePorts (the row writes listed first,
+        then the shared ones; `_grants`): each memory writes the row (and word enables) of the granted requester
+        whose first or second chunk lies in it. A shared write's words are shifted into the two chunks of its
+        address, and it claims both when its window runs past the first."""
+        if not (self.row_writes or self.shared_writes):
             return
-        C, P = self.chunk, self.banks
-        parts, touches = [], []
-        for name in self.row_writes:
+        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        requests, touches = [], []
+        for name in (*self.row_writes, *self.shared_writes):
             port = getattr(self, name)
             first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
-            m.d.comb += [first.eq(port.first), bank.eq(first % P), row.eq(first // P)]
+            if name in self.shared_writes:
+                offset = port.addr[:lc] if lc else 0
+                window = Signal(2 * C * WORD, name=f"{name}_window")
+                enables = Signal(2 * C, name=f"{name}_enables")
+                m.d.comb += [first.eq(port.addr >> lc), window.eq(port.data.as_value() << (offset * WORD)),
+                             enables.eq(port.mask << offset)]
+                claims = (1, offset + self.shared_writes[name] > C)
+            else:
+                window, enables = port.data.as_value(), port.mask
+                m.d.comb += first.eq(port.first)
+                claims = (enables[:C] != 0, enables[C:] != 0)
+            m.d.comb += [bank.eq(first % P), row.eq(first // P)]
             wraps = bank == P - 1
-            halves = ((bank, row, port.data.as_value()[:C * WORD], port.mask[:C], first < self.chunks),
-                      (Mux(wraps, 0, bank + 1), row + wraps, port.data.as_value()[C * WORD:], port.mask[C:],
-                       first + 1 < self.chunks))
+            halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
+                      (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks))
             touch = Signal(P, name=f"{name}_touch")
-            m.d.comb += [touch[b].eq(port.en & (((halves[0][0] == b) & (halves[0][3] != 0))
-                                                | ((halves[1][0] == b) & (halves[1][3] != 0)))) for b in range(P)]
-            parts.append(halves)
+            m.d.comb += [touch[b].eq(port.en & (((halves[0][0] == b) & claims[0]) | ((halves[1][0] == b) & claims[1])))
+                         for b in range(P)]
+            requests.append((port, halves))
             touches.append(touch)
-        readies = self._grants(m, touches, [getattr(self, n).urgent for n in self.row_writes], name="row_write")
-        for port, ready in zip((getattr(self, name) for name in self.row_writes), readies):
+        readies = self._grants(m, touches, [port.urgent for port, _ in requests], name="write")
+        for (port, _), ready in zip(requests, readies):
             m.d.comb += port.ready.eq(ready)
         for b in range(P):
             addr, value, enables = 0, 0, 0
-            for halves, ready, touch in zip(parts, readies, touches):
+            for (_, halves), ready, touch in zip(requests, readies, touches):
                 for hb, hrow, hdata, hmask, inside in halves:
                     mine = ready & touch[b] & (hb == b)
                     addr, value = Mux(mine, hrow, addr), Mux(mine, hdata, value)
@@ -361,7 +377,7 @@ def tile_read_cycles(starts: np.ndarray, enabled: np.ndarray, words: int, chunk:
     return np.maximum(np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1).max(axis=-1), 1)
 
 
-PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort)
+PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort, SharedWritePort)
 """The kinds of buffer port a unit may ask for."""
 
 
@@ -392,7 +408,8 @@ class Buffers(wiring.Component):
                                writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
                                tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
                                shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
-                               row_writes=tuple(n for n, s in mine.items() if isinstance(s, RowWritePort)))
+                               row_writes=tuple(n for n, s in mine.items() if isinstance(s, RowWritePort)),
+                               shared_writes={n: s.words for n, s in mine.items() if isinstance(s, SharedWritePort)})
             m.submodules[space.name.lower()] = buf
             for name in mine:
                 wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(buf, name))

@@ -7,7 +7,9 @@ first write port into that buffer through a `WriteArbiter`, the unit winning) an
 (port_words words per cycle out of either buffer, one cycle after the address). A unit that reads ABUF through
 its shared read ports (a `TileReadPort` or a `SharedReadPort`) also gets a `contend` port, first in ABUF's shared
 group: a testbench's reads, which take their memories before any tile port and, when `urgent`, before the
-unit's shared reads (random stalls of the unit's reads, as other units cause in the core). Every other member of
+unit's shared reads (random stalls of the unit's reads, as other units cause in the core); one that writes ABUF
+through a `SharedWritePort` also a `contend_write` port, first of ABUF's shared writes (writes of no word that
+claim their memories ahead of the unit's). Every other member of
 the unit (its outside ports: AXI4 masters, ring streams, card id, ...) is a member of the harness of the
 same name and direction, wired straight through.
 
@@ -26,7 +28,7 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.isa import Space
 
 from .buffers import Buffers, WriteArbiter
-from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, TileReadPort, WritePort
+from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, SharedWritePort, TileReadPort, WritePort
 
 UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
          "dma": "ringgpt.hw.core.dma:DMAUnit", "router": "ringgpt.hw.core.router:Router"}
@@ -63,10 +65,14 @@ class Datapath(wiring.Component):
         contended = any(space == Space.ABUF and isinstance(sig, (SharedReadPort, TileReadPort))
                         for space, sig in self.unit.buffer_ports.values())
         self.contend_port = SharedReadPort(self.cfg.buffer_chunk_words) if contended else None
+        self.contend_write_port = SharedWritePort(self.cfg.buffer_chunk_words) if any(
+            space == Space.ABUF and isinstance(sig, SharedWritePort) for space, sig in self.unit.buffer_ports.values()) \
+            else None
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           "load": In(self.load_layout), "dump": In(self.dump_layout),
                           "dump_data": Out(data.ArrayLayout(WORD, P)), **self.outside,
-                          **({"contend": In(self.contend_port)} if contended else {})})
+                          **({"contend": In(self.contend_port)} if contended else {}),
+                          **({"contend_write": In(self.contend_write_port)} if self.contend_write_port else {})})
 
     @property
     def latency(self) -> int:
@@ -79,6 +85,8 @@ class Datapath(wiring.Component):
         ports = dict(unit.buffer_ports)
         if self.contend_port is not None:       # first in ABUF's shared group
             ports = {"contend": (Space.ABUF, self.contend_port), **ports}
+        if self.contend_write_port is not None:  # first of ABUF's shared writes
+            ports = {"contend_write": (Space.ABUF, self.contend_write_port), **ports}
         shared = {}
         for space in (Space.ABUF, Space.WBUF):
             prefix = space.name.lower()
@@ -96,6 +104,8 @@ class Datapath(wiring.Component):
         wiring.connect(m, unit.status, wiring.flipped(self.status))
         if self.contend_port is not None:
             wiring.connect(m, wiring.flipped(self.contend), buffers.contend)
+        if self.contend_write_port is not None:
+            wiring.connect(m, wiring.flipped(self.contend_write), buffers.contend_write)
         for name, member in self.outside.items():
             if member.is_port:
                 inner, outer = getattr(unit, name), getattr(self, name)

@@ -11,9 +11,10 @@
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
 * `TileReadPort(lanes, words)`: `lanes` reads at once through the buffer's one read port per bank, which may
   take several cycles (`ready`); the matrix unit's tiles, the vector unit's operands.
-* `SharedReadPort(words)` / `RowWritePort(chunk)`: requesters of a group that shares one read (write)
-  port per memory, granted in priority order (`ready`), the reads ahead of the tile ports; the DMA's beats
-  and on-chip chunks, the router's payload.
+* `SharedReadPort(words)` / `RowWritePort(chunk)` / `SharedWritePort(words)`: requesters of a group that
+  shares one read (write) port per memory, granted in priority order (`ready`), the reads ahead of the tile
+  ports; the DMA's beats and on-chip chunks, the router's payload and writes, the units' results.
+* `Frozen`: a unit whose logic stops while its tile reads and shared writes wait.
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from
 `isa.OPCODES`, so no field width, opcode number or space code is restated here.
@@ -156,6 +157,26 @@ class SharedReadPort(wiring.Signature):
         return f"SharedReadPort({self.words})"
 
 
+class SharedWritePort(wiring.Signature):
+    """A `words`-wide write at any word address through the buffer's one write port per memory, which a group
+    of requesters shares in priority order: buffer[addr + i] = data[i] where mask[i], in the cycle in which `en`
+    and `ready` are high. The write claims the memories of its whole window (the chunk of `addr`, and the next
+    when the words run past it), whatever its mask. `ready`: no requester granted before it writes one of those
+    memories this cycle (the `urgent` ones first, each class in the group's order); the requester holds the
+    request until then (a unit frozen on it: `Frozen`)."""
+
+    def __init__(self, words: int):
+        self.words = words
+        super().__init__({"addr": Out(ADDRESS_BITS), "data": Out(data.ArrayLayout(WORD, words)), "mask": Out(words),
+                          "en": Out(1), "urgent": Out(1), "ready": In(1)})
+
+    def __eq__(self, other):
+        return type(other) is SharedWritePort and other.words == self.words
+
+    def __repr__(self):
+        return f"SharedWritePort({self.words})"
+
+
 class RowWritePort(wiring.Signature):
     """A write into two consecutive chunks of `chunk` words, `first` and `first` + 1, through the buffer's
     one write port per memory, which a group of requesters shares in priority order: word chunk * first + i
@@ -177,39 +198,49 @@ class RowWritePort(wiring.Signature):
 
 
 class Frozen:
-    """A unit whose logic stops while its tile reads wait for the buffers. `tiles`: name -> the unit's
-    TileReadPort members. The frozen logic is built in `core` (wrapped by `wrap` in an EnableInserter on
-    `advance`: every port ready) and drives each port's request through `request[name]` (addr, en, single);
-    `data[name]` is what it sees of the port: the data of the request granted when it last advanced. A port
+    """A unit whose logic stops while its reads and writes wait for the buffers. `tiles`: name -> the unit's
+    TileReadPort members; `writes`: name -> its SharedWritePort members. The frozen logic is built in `core`
+    (wrapped by `wrap` in an EnableInserter on `advance`: every port ready) and drives each tile port's request
+    through `request[name]` (addr, en, single) and each write through `write[name]` (addr, data, mask, en);
+    `data[name]` is what it sees of a tile port: the data of the request granted when it last advanced. A port
     served before the others (`ready` while another is not) is not asked again until the unit advances: its
-    enables are masked (`done`), so it does not start over, and its data stay (the request is held).
-    `stalls`: the cycles not advanced since the unit last accepted an instruction (`issue`), for
-    Completion.cycles."""
+    enables are masked (`done`), so a read does not start over and a write is not repeated, and a read's data
+    stay (the request is held). The writes are `urgent`. `stalls`: the cycles not advanced since the unit last
+    accepted an instruction (`issue`), for Completion.cycles."""
 
-    def __init__(self, m: Module, issue, tiles: dict):
+    def __init__(self, m: Module, issue, tiles: dict, writes: dict | None = None):
         self.m, self.core = m, Module()
         self.advance = Signal(name="advance")
-        ports = tiles.values()
-        m.d.comb += self.advance.eq(Cat(port.ready for port in ports).all())
+        writes = writes or {}
+        m.d.comb += self.advance.eq(Cat(port.ready for port in [*tiles.values(), *writes.values()]).all())
         advanced = Signal(init=1, name="advanced")
         m.d.sync += advanced.eq(self.advance)
-        self.request, self.data = {}, {}
+        self.request, self.data, self.write = {}, {}, {}
         for name, port in tiles.items():
             request = self.request[name] = Signal(data.StructLayout({"addr": port.addr.shape(), "en": len(port.en),
                                                                      "single": len(port.single)}), name=f"{name}_request")
-            done = Signal(name=f"{name}_done")
             m.d.comb += [port.addr.eq(request.addr), port.single.eq(request.single),
-                         port.en.eq(Mux(done, 0, request.en))]
-            m.d.sync += done.eq(~self.advance & (done | port.ready))
+                         port.en.eq(Mux(self._done(m, name, port), 0, request.en))]
             held, seen = Signal(port.data.shape(), name=f"{name}_held"), Signal(port.data.shape(), name=f"{name}_seen")
             m.d.comb += seen.eq(Mux(advanced, port.data, held))
             m.d.sync += held.eq(seen)
             self.data[name] = seen
+        for name, port in writes.items():
+            request = self.write[name] = Signal(data.StructLayout({"addr": ADDRESS_BITS, "data": port.data.shape(),
+                                                                   "mask": len(port.mask), "en": 1}), name=f"{name}_write")
+            m.d.comb += [port.addr.eq(request.addr), port.data.eq(request.data), port.mask.eq(request.mask),
+                         port.en.eq(Mux(self._done(m, name, port), 0, request.en)), port.urgent.eq(1)]
         self.stalls = Signal(32)
         with m.If(issue.valid & issue.ready):
             m.d.sync += self.stalls.eq(0)
         with m.Elif(~self.advance):
             m.d.sync += self.stalls.eq(self.stalls + 1)
+
+    def _done(self, m: Module, name: str, port) -> Signal:
+        """Whether `port` was served since the unit last advanced."""
+        done = Signal(name=f"{name}_done")
+        m.d.sync += done.eq(~self.advance & (done | port.ready))
+        return done
 
     def wrap(self, name: str = "core") -> None:
         self.m.submodules[name] = EnableInserter(self.advance)(self.core)

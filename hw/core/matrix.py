@@ -37,7 +37,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, latency_of, pipe, reported,
                          resolve, run_or_refuse)
 
@@ -66,9 +66,11 @@ class MatrixUnit(wiring.Component):
     the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen), and longer while the
     buffer's other readers (the vector unit, the DMA, the router) hold the memories it needs. Latency: `latency`
     cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
-    add, FP16, GELU); `row_max_latency` more for the row maximum. Busy cycles (`Completion.cycles`) =
-    `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the stalls (alone on the
-    buffers) as sim/cycle_model.matrix_stall_cycles counts them.
+    add, FP16, GELU); `row_max_latency` more for the row maximum. The results and the row maxima are
+    SharedWritePorts in ABUF's write group (one write port per memory): a refused write freezes the unit too,
+    and a MASKED_QK's maximum meeting results of the same cycle in one memory costs a cycle. Busy cycles
+    (`Completion.cycles`) = `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the
+    stalls (alone on the buffers) as sim/cycle_model.matrix_stall_cycles counts them.
 
     Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
     `buffer_ports` (name -> (space, signature)).
@@ -95,15 +97,16 @@ class MatrixUnit(wiring.Component):
         self.x_lane, self.bias_lane = L, {Space.ABUF: L + 1, Space.WBUF: L}    # x: in ABUF's port
         ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,))),
                  "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,)))}
-        ports["abuf_dst"] = (Space.ABUF, WritePort(L))
-        ports["abuf_aux"] = (Space.ABUF, WritePort(1))
+        ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
+        ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
         self.buffer_ports = ports
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in ports.items()}})
 
     def elaborate(self, platform):
         m = Module()        # the read ports' holding registers and the stall count: never frozen
-        frozen = Frozen(m, self.issue, {"abuf": self.abuf_tiles, "wbuf": self.wbuf_tiles})
+        frozen = Frozen(m, self.issue, {"abuf": self.abuf_tiles, "wbuf": self.wbuf_tiles},
+                        {"dst": self.abuf_dst, "aux": self.abuf_aux})
         core = frozen.core  # everything else: frozen while a beat's tiles take more than one cycle
         tile_data = {Space.ABUF: frozen.data["abuf"], Space.WBUF: frozen.data["wbuf"]}
         requests = {Space.ABUF: frozen.request["abuf"], Space.WBUF: frozen.request["wbuf"]}
@@ -264,8 +267,9 @@ class MatrixUnit(wiring.Component):
             masked = qk & ((col0 + lane) > (pos + fin.r))
             core.d.comb += [outs[lane].eq(Mux(masked, nx.FP16_NEG_INF, results[lane])),
                          lane_ok[lane].eq((col0 + lane) < n)]
-        core.d.comb += [self.abuf_dst.addr.eq(dst + fin.r * r["dst_stride"] + col0), self.abuf_dst.data.eq(outs),
-                     self.abuf_dst.mask.eq(lane_ok), self.abuf_dst.en.eq(fin.valid)]
+        write = frozen.write["dst"]
+        core.d.comb += [write.addr.eq(dst + fin.r * r["dst_stride"] + col0), write.data.eq(outs),
+                        write.mask.eq(lane_ok), write.en.eq(fin.valid)]
         with core.If(fin.valid):
             core.d.sync += written.eq(written + 1)
 
@@ -287,8 +291,9 @@ class MatrixUnit(wiring.Component):
         row_end = mtag.valid & (mtag.g == groups - 1)
         with core.If(mtag.valid):
             core.d.sync += best.eq(row_max)
-        core.d.comb += [self.abuf_aux.addr.eq(aux + mtag.r * r["aux_stride"]), self.abuf_aux.data[0].eq(row_max),
-                     self.abuf_aux.mask.eq(1), self.abuf_aux.en.eq(row_end & qk)]
+        write = frozen.write["aux"]
+        core.d.comb += [write.addr.eq(aux + mtag.r * r["aux_stride"]), write.data[0].eq(row_max),
+                        write.mask.eq(1), write.en.eq(row_end & qk)]
         with core.If(row_end & qk):
             core.d.sync += maxes.eq(maxes + 1)
         frozen.wrap()

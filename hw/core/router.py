@@ -4,7 +4,7 @@
     ABUF src (shared read, P = vector_width words)          rx ──▶ receive queue (ring_rx_buffer_bytes)
       │ own block, or a received slice read back                     │ header: checked against the instruction
       ▼                                                              ▼ payload: one P-word row chunk per beat
-    transmit queue (4 beats) ──▶ tx                       write register ──▶ ABUF dst (write port)
+    transmit queue (4 beats) ──▶ tx                       write register ──▶ ABUF dst (shared write)
       (header beat, then payload beats)                     ▲ own ALLGATHER slice copy (not in place)
 
 Link protocol. A block is a header beat, `HEADER` in the low bits of tdata (kind = the opcode that sent it,
@@ -24,7 +24,7 @@ from ringgpt.hw.config import MAX_CARDS, ArchConfig
 from ringgpt.hw.isa import OPCODES, STRIDE_BITS, Opcode, Space, Unit
 
 from .axi import AxiStream
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, SharedReadPort, WritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, SharedReadPort, SharedWritePort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
 HEADER = data.StructLayout({"kind": Opcode, "origin": range(MAX_CARDS), "rows": ADDRESS_BITS,
@@ -86,7 +86,9 @@ class Router(wiring.Component):
     Throughput: one beat per cycle on `tx` and on `rx` (header beat plus rows * ceil(n / P) payload beats a
     block). Payload reads go through ABUF's shared read port per memory (`SharedReadPort`, with the DMA
     engines' STORE reads; `urgent`: before the engines that are not behind), a refused read asked again the
-    next cycle. The one ABUF write port serves received beats and the own-slice copy, the copy winning. Latency:
+    next cycle. The one ABUF write (a `SharedWritePort` in ABUF's write group, urgent) serves received beats and
+    the own-slice copy, the copy winning; a refused write holds the write register and the receive queue, and an
+    own-slice chunk already read waits in a skid register (no chunk is read for dst while either is full). Latency:
     `latency` = 2 cycles from a payload read to its beat on `tx` (read 1, transmit queue 1); `rx_latency` = 3
     from a beat taken on `rx` to its ABUF write (receive queue 2, write register 1). Busy cycles (`Completion.cycles`) of
     an uncontended instruction: `cycles(op, rows, n, ...)`. Preconditions (the compiler's collectives meet
@@ -109,7 +111,7 @@ class Router(wiring.Component):
         self.rx_latency = RX_QUEUE_LATENCY + 1
         self.overhead = 4
         """Cycles of the accept, check, finish-detect and done steps."""
-        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, WritePort(P))}
+        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, SharedWritePort(P))}
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           "card_id": In(range(MAX_CARDS)), "cards": In(range(MAX_CARDS + 1)),
@@ -226,7 +228,10 @@ class Router(wiring.Component):
         landing = step1.valid & step1.send               # a payload beat enters the queue this cycle
         room = tx_queue.level + landing < TX_QUEUE_BEATS
         push_header = tx_busy & tx_head & ~landing & room
-        wants = tx_busy & ~tx_head & (~tx_send | room)
+        # a write refused (stuck) holds the write register; an own-slice chunk read before it waits in `skid`,
+        # and no chunk is read for dst while either is full
+        stuck, skid_full = Signal(), Signal()
+        wants = tx_busy & ~tx_head & (~tx_send | room) & (~tx_copy | ~(stuck | skid_full))
         read = wants & self.abuf_src.ready                 # granted: the memories its words lie in were free
         row_end = rd_col + P >= rd_n
         m.d.comb += [self.abuf_src.en.eq(wants), self.abuf_src.urgent.eq(1), step.valid.eq(read), step.send.eq(tx_send), step.copy.eq(tx_copy),
@@ -282,7 +287,7 @@ class Router(wiring.Component):
         new_block = listening & rx_queue.r_rdy
         refused = new_block & (rx_code != ErrorCode.NONE)
         accepted = new_block & (rx_code == ErrorCode.NONE)
-        take = rx_body & rx_queue.r_rdy & ~copying
+        take = rx_body & rx_queue.r_rdy & ~copying & ~stuck & ~skid_full
         m.d.comb += rx_queue.r_en.eq(accepted | take)
         with m.If(accepted):
             m.d.sync += [wr_row.eq(Mux(gather, dst + head.k, dst)), wr_col.eq(0), wr_rows.eq(rows),
@@ -303,16 +308,25 @@ class Router(wiring.Component):
             with m.Else():
                 m.d.sync += wr_col.eq(wr_col + P)
 
-        # one write register for both writers: the own-slice copy wins, received beats wait in the queue
-        wreg = Signal(data.StructLayout({"en": 1, "addr": ADDRESS_BITS, "mask": P, "data": data.ArrayLayout(WORD, P)}))
-        m.d.sync += wreg.en.eq(copying | take)
-        with m.If(copying):
-            m.d.sync += [wreg.addr.eq(step1.addr), wreg.mask.eq(step1.mask), wreg.data.eq(got)]
-        with m.Elif(take):
-            m.d.sync += [wreg.addr.eq(wr_row + wr_col), wreg.data.eq(rx_queue.r_data)]
+        # one write register for both writers: the own-slice copy wins, received beats wait in the queue; it
+        # holds while its write is refused (ABUF's writes share one port per memory), a chunk read before the
+        # refusal waiting in `skid` (no chunk is read for dst while the register is stuck or the skid full)
+        write = data.StructLayout({"en": 1, "addr": ADDRESS_BITS, "mask": P, "data": data.ArrayLayout(WORD, P)})
+        wreg, skid, copied = Signal(write), Signal(write), Signal(write)
+        m.d.comb += [stuck.eq(wreg.en & ~self.abuf_dst.ready), skid_full.eq(skid.en),
+                     copied.en.eq(copying), copied.addr.eq(step1.addr), copied.mask.eq(step1.mask), copied.data.eq(got)]
+        with m.If(stuck):
+            with m.If(copying):
+                m.d.sync += skid.eq(copied)
+        with m.Elif(skid.en):
+            m.d.sync += [wreg.eq(skid), skid.en.eq(0)]
+        with m.Elif(copying):
+            m.d.sync += wreg.eq(copied)
+        with m.Else():
+            m.d.sync += [wreg.en.eq(take), wreg.addr.eq(wr_row + wr_col), wreg.data.eq(rx_queue.r_data)]
             m.d.sync += [wreg.mask[lane].eq(wr_col + lane < wr_n) for lane in range(P)]
         m.d.comb += [self.abuf_dst.addr.eq(wreg.addr), self.abuf_dst.data.eq(wreg.data),
-                     self.abuf_dst.mask.eq(wreg.mask), self.abuf_dst.en.eq(wreg.en)]
+                     self.abuf_dst.mask.eq(wreg.mask), self.abuf_dst.en.eq(wreg.en), self.abuf_dst.urgent.eq(1)]
 
         # --- control ----------------------------------------------------------------------------
         slot = Signal(SLOT)
@@ -320,7 +334,7 @@ class Router(wiring.Component):
             with m.If(forwarded == index):
                 m.d.comb += slot.eq(slots[index])
         tx_idle = ~tx_busy & ~step1.valid & (tx_queue.level == 0)
-        finished = ~own_pending & (forwarded == forwards) & tx_idle & (received == expected)
+        finished = ~own_pending & (forwarded == forwards) & tx_idle & (received == expected) & ~stuck & ~skid_full
         with m.FSM():
             accept_states(m, self, held, cycles)
             with m.State("CHECK"):

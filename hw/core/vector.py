@@ -37,7 +37,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, TileReadPort, WritePort, block_fits,
+from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort, block_fits,
                          accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
@@ -63,7 +63,8 @@ class VectorUnit(wiring.Component):
     docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
     are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
     of their chunks in one memory: buffers.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
-    read data held, and longer while ABUF's other readers hold the memories it needs. Busy cycles
+    read data held, and longer while ABUF's other readers hold the memories it needs, or its other writers
+    the memories of its result (a SharedWritePort in ABUF's write group). Busy cycles
     (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the stalls (alone on the buffers) as
     sim/cycle_model.vector_stall_cycles counts them.
     """
@@ -90,7 +91,7 @@ class VectorUnit(wiring.Component):
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
         self.buffer_ports = {"abuf_src": (Space.ABUF, TileReadPort(len(SOURCES), V)),
-                             "abuf_dst": (Space.ABUF, WritePort(V))}
+                             "abuf_dst": (Space.ABUF, SharedWritePort(V))}
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
 
@@ -99,7 +100,7 @@ class VectorUnit(wiring.Component):
 
     def elaborate(self, platform):
         outer = Module()    # the read port's holding register and the stall count: never frozen
-        frozen = Frozen(outer, self.issue, {"src": self.abuf_src})
+        frozen = Frozen(outer, self.issue, {"src": self.abuf_src}, {"dst": self.abuf_dst})
         m = frozen.core     # everything else: frozen while the operands' chunks share a memory
         operands, request = frozen.data["src"], frozen.request["src"]
         cfg, V = self.cfg, self.width
@@ -258,7 +259,7 @@ class VectorUnit(wiring.Component):
             m.d.sync += best.eq(row_max)
 
         # --- write ----------------------------------------------------------------------------
-        port = self.abuf_dst
+        port = frozen.write["dst"]
         with m.If(is_sum):
             m.d.comb += [port.addr.eq(dst + sum_out.r * sd), port.data[0].eq(sum_conv.o), port.mask.eq(1),
                          port.en.eq(sum_out.valid)]

@@ -72,12 +72,18 @@ class DatapathTB:
             dut.contend__en.value = 0
             dut.contend__urgent.value = 0
             dut.contend__addr.value = 0
+        if "contend_write" in self.top.signature.members:
+            dut.contend_write__en.value = 0
+            dut.contend_write__mask.value = 0
+            dut.contend_write__urgent.value = 1
 
     def contend(self, probability: float) -> None:
         """Urgent reads of random ABUF words on the harness's `contend` port in a random `probability` of the
         cycles, which take their memories before the unit's tile ports and shared reads (their words are not
-        checked; the busy cycles are then not recorded for the cycle table)."""
+        checked), and as often writes of no word on `contend_write` where the harness has it, which take their
+        memories before the unit's writes; the busy cycles are then not recorded for the cycle table."""
         self.contended = True
+        writes = "contend_write" in self.top.signature.members
 
         async def reads():
             falling, chunk = FallingEdge(self.dut.clk), self.cfg.buffer_chunk_words
@@ -86,6 +92,9 @@ class DatapathTB:
                 self.dut.contend__en.value = int(self.rng.random() < probability)
                 self.dut.contend__urgent.value = 1
                 self.dut.contend__addr.value = self.rng.randrange(self.cfg.abuf_words - chunk)
+                if writes:          # of no word (mask 0), claiming their memories
+                    self.dut.contend_write__en.value = int(self.rng.random() < probability)
+                    self.dut.contend_write__addr.value = self.rng.randrange(self.cfg.abuf_words - chunk)
         cocotb.start_soon(reads())
 
     async def start(self):

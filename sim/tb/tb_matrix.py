@@ -168,7 +168,8 @@ async def full_rate(dut):
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart; the unaligned
     2 * mac_width + 1 stall), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), or both buffers take several cycles (the slower's)."""
+    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), a row maximum with results in one
+    memory (one), or both buffers take several cycles (the slower's)."""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -181,7 +182,9 @@ async def full_rate(dut):
     abuf = lambda address: Operand(Space.ABUF, 0, address)      # noqa: E731
     for op, rows, n, k, extra, stalls in (
             (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0), (Opcode.MATMUL, 6, L, 2 * W + 1, {}, None),
-            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 0), (Opcode.MATMUL, 1, 9 * L - 1, 1, {}, 0),
+            # 6 pairs, one beat each: row 1's maximum (aux 901, chunk 112: memory 2) is written with pair 5's
+            # results (row 2, group 1: words 20..23, chunk 2: memory 2), so one waits a cycle
+            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 1), (Opcode.MATMUL, 1, 9 * L - 1, 1, {}, 0),
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {}, 0),
             # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
