@@ -300,11 +300,15 @@ class BankedBuffer(wiring.Component):
         m.d.comb += pending.eq(Cat(*(needed for needed, _, _ in parts)) & ~served)
         banks = []
         for b in range(P):
+            # Muxes, not Ifs: Icarus never evaluates an `always @*` whose inputs keep their initial values (an
+            # idle port's), leaving the other ports' grants, which depend on it, X
+            here = [pending[p] & (parts[p][1] == b) for p in range(2 * tile.lanes)]
             row_b = Signal(range(max(2, self.rows)), name=f"{name}_b{b}_row")
             any_b = Signal(name=f"{name}_b{b}_any")
+            value = 0
             for p in reversed(range(2 * tile.lanes)):   # the lowest pending part in this bank wins
-                with m.If(pending[p] & (parts[p][1] == b)):
-                    m.d.comb += [row_b.eq(parts[p][2]), any_b.eq(1)]
+                value = Mux(here[p], parts[p][2], value)
+            m.d.comb += [row_b.eq(value), any_b.eq(Cat(*here).any())]
             banks.append((any_b, row_b))
         return {"parts": parts, "offsets": offsets, "served": served, "pending": pending, "banks": banks}
 

@@ -259,17 +259,17 @@ class VectorUnit(wiring.Component):
             m.d.sync += best.eq(row_max)
 
         # --- write ----------------------------------------------------------------------------
+        # Muxes, not Ifs: Icarus never evaluates an `always @*` whose inputs keep their initial values (before the
+        # unit's first instruction), leaving this write's request X, and with it the grants of ABUF's later writers
         port = frozen.write["dst"]
-        with m.If(is_sum):
-            m.d.comb += [port.addr.eq(dst + sum_out.r * sd), port.data[0].eq(sum_conv.o), port.mask.eq(1),
-                         port.en.eq(sum_out.valid)]
-        with m.Elif(is_max):
-            m.d.comb += [port.addr.eq(dst + mtag.r * sd), port.data[0].eq(row_max), port.mask.eq(1),
-                         port.en.eq(mtag.valid & mtag.max & mtag.last)]
-        with m.Else():
-            m.d.comb += [port.addr.eq(dst + ew.r * sd + (ew.t << lv)), port.mask.eq(ew_mask),
-                         port.en.eq(ew.valid & ~ew.sum & ~ew.max)]
-            m.d.comb += [port.data[i].eq(results[i]) for i in range(V)]
+        one = is_sum | is_max
+        m.d.comb += [port.addr.eq(Mux(is_sum, dst + sum_out.r * sd, Mux(is_max, dst + mtag.r * sd,
+                                                                         dst + ew.r * sd + (ew.t << lv)))),
+                     port.data[0].eq(Mux(is_sum, sum_conv.o, Mux(is_max, row_max, results[0]))),
+                     port.mask.eq(Mux(one, 1, ew_mask)),
+                     port.en.eq(Mux(is_sum, sum_out.valid, Mux(is_max, mtag.valid & mtag.max & mtag.last,
+                                                               ew.valid & ~ew.sum & ~ew.max)))]
+        m.d.comb += [port.data[i].eq(Mux(one, 0, results[i])) for i in range(1, V)]
         with m.If(port.en):
             m.d.sync += written.eq(written + 1)
         frozen.wrap()
