@@ -100,6 +100,18 @@ def test_banked_buffer_refuses_bad_geometry():
         BankedBuffer(256, chunk=8, banks=2, reads={"r": 9}, writes={})
 
 
+async def _fill(ctx, port, model, chunk: int) -> int:
+    """Writes `model` into the buffer through write port `port`, a chunk a cycle; returns the cycles taken."""
+    for addr in range(0, len(model), chunk):
+        ctx.set(port.en, 1)
+        ctx.set(port.addr, addr)
+        ctx.set(port.mask, (1 << chunk) - 1)
+        ctx.set(port.data, [int(v) for v in model[addr:addr + chunk]])
+        await ctx.tick()
+    ctx.set(port.en, 0)
+    return len(model) // chunk
+
+
 def test_tile_port_reads_every_lane_in_the_counted_cycles():
     """A TileReadPort of 4 lanes x 8 words over 5 banks: lane addresses a stride apart (0, one chunk, a
     multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables and
@@ -127,13 +139,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
         return starts, rng.random(lanes) < 0.85, rng.random(lanes) < 0.25
 
     async def testbench(ctx):
-        for addr in range(0, words, chunk):
-            ctx.set(buf.fill.en, 1)
-            ctx.set(buf.fill.addr, addr)
-            ctx.set(buf.fill.mask, (1 << chunk) - 1)
-            ctx.set(buf.fill.data, [int(v) for v in model[addr:addr + chunk]])
-            await ctx.tick()
-        ctx.set(buf.fill.en, 0)
+        await _fill(ctx, buf.fill, model, chunk)
         last = None         # the previous request: a lane may keep its address, not enabled, and its rows
         for _ in range(300):
             starts, enabled, single = request()
@@ -318,15 +324,7 @@ def test_tile_ports_and_shared_reads_share_one_read_port_per_memory():
         return parts
 
     async def testbench(ctx):
-        cycle = 0
-        for addr in range(0, words, chunk):
-            ctx.set(buf.fill.en, 1)
-            ctx.set(buf.fill.addr, addr)
-            ctx.set(buf.fill.mask, (1 << chunk) - 1)
-            ctx.set(buf.fill.data, [int(v) for v in model[addr:addr + chunk]])
-            await ctx.tick()
-            cycle += 1
-        ctx.set(buf.fill.en, 0)
+        cycle = await _fill(ctx, buf.fill, model, chunk)
         requests = {name: None for name in tiles}   # name -> (starts, enabled, single, pending parts)
         for _ in range(600):
             hot = int(rng.integers(0, words // chunk - 2))
