@@ -175,23 +175,14 @@ def _write_cycles(last_beats: np.ndarray, rows: int, groups: int, writes: tuple,
 
 
 def _x_reads(rows: int, groups: int, tiles: int, stride: int, cfg: ArchConfig) -> np.ndarray:
-    """Which beats (row, group, tile) read their x tile: those whose x address (row * stride + t * mac_width from
-    src1) differs from the beat issued before (hw/core/matrix.py's order: sets of pairs (row, group), row-major,
-    of loop_latency pairs or all remaining ones when fewer than twice that remain; each tile across the set's
-    pairs in turn), and the first."""
-    loop, pairs = unit_timing(cfg)["matrix"]["loop"], rows * groups
-    first, end = np.zeros(pairs, np.int64), np.zeros(pairs, np.int64)     # each pair's set: its first pair, its end
-    begin = 0
-    while begin < pairs:
-        stop = pairs if pairs - begin < 2 * loop else begin + loop
-        first[begin:stop], end[begin:stop] = begin, stop
-        begin = stop
-    p, t = np.meshgrid(np.arange(pairs), np.arange(tiles), indexing="ij")
-    opens = p == first[p]
-    prev_p = np.where(~opens, p - 1, np.where(t > 0, end[p] - 1, p - 1))
-    prev_t = np.where(~opens, t, np.where(t > 0, t - 1, tiles - 1))
-    address = (p // groups) * stride + t * cfg.mac_width
-    reads = (prev_p < 0) | ((prev_p // groups) * stride + prev_t * cfg.mac_width != address)
+    """Which beats (row, group, tile) read their x tile: the first, and those whose x address (row * stride +
+    t * mac_width from src1) differs from the one of the beat issued before (`_beat_times`' order)."""
+    issued = _beat_times(rows * groups, tiles, cfg).ravel()
+    order = np.argsort(issued, kind="stable")
+    p, t = np.divmod(np.arange(rows * groups * tiles), tiles)
+    address = ((p // groups) * stride + t * cfg.mac_width)[order]
+    reads = np.empty(len(order), bool)
+    reads[order] = np.concatenate([[True], address[1:] != address[:-1]])
     return reads.reshape(rows, groups, tiles)
 
 

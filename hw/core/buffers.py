@@ -28,7 +28,7 @@ results and row maxima, the vector unit's, the router's), the urgent ones first.
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
-other); every port is a memory port of its own, so the halves need no memories of their own. Ports are
+other); they need no memories of their own, as any port reaches any address. Ports are
 named by what they carry (`abuf_tiles`, `wbuf_dst`, ...); `WriteArbiter` shares one write port between two
 clients. Reads return data READ_LATENCY = 1 cycle after the address; writes past the buffer's end are
 dropped.

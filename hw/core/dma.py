@@ -362,9 +362,6 @@ class DMAUnit(wiring.Component):
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:
             raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
-        if cfg.vector_width > cfg.buffer_chunk_words:
-            raise ValueError(f"the DMA unit writes vector_width ({cfg.vector_width}) words as two rows of the buffers' "
-                             f"{cfg.buffer_chunk_words}-word chunks: vector_width must not exceed the chunk")
         self.cfg = cfg
         self.width = P = cfg.vector_width
         self.beat_words = B = cfg.hbm_port_bits // WORD

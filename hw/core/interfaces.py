@@ -116,11 +116,11 @@ class TileReadPort(wiring.Signature):
     by default `words`; only i = 0 for a lane with `single[l]`: a row scalar), READ_LATENCY after the cycle in
     which `ready` is high, and as long after as the unit holds `addr` and `single` with no lane enabled. A lane
     not enabled keeps the rows it last read: while its `addr` and `single` stay those of that read, its data are
-    those words again (the matrix unit's x tile, re-used by consecutive beats). A lane reads its first chunk and the next one when its wanted words run past it. A bank serves one distinct
-    chunk per cycle, so a request whose busiest bank holds c distinct chunks takes c cycles
-    (`buffers.tile_read_cycles`), more while the buffer's other readers hold its banks: `ready` is low until
-    the last chunk is read, and the unit holds `addr`, `en` and `single` until it is high. With no lane enabled
-    `ready` is high."""
+    those words again (the matrix unit's x tile, re-used by consecutive beats). A lane reads its first chunk and
+    the next one when its wanted words run past it. A bank serves one distinct chunk per cycle, so a request
+    whose busiest bank holds c distinct chunks takes c cycles (`buffers.tile_read_cycles`), more while the
+    buffer's other readers hold its banks: `ready` is low until the last chunk is read, and the unit holds
+    `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high."""
 
     def __init__(self, lanes: int, words: int, widths: tuple | None = None):
         self.lanes, self.words = lanes, words
