@@ -24,8 +24,8 @@ stride k in WBUF slots, keys at their stride, V^T at the maximum context).
 
 Then the DMA engines (hw/core/dma.py, PortEngine): the hbm_channels engines share one write port per memory
 for their LOAD beats (RowWritePort; an engine merges its beats into whole rows and asks only when a row is
-complete, `PortEngine._rows`) and one read port per memory for their STORE beats (SharedReadPort), granted in
-engine order. For every LOAD and STORE between HBM and ABUF/WBUF of the same programs it replays each engine's
+complete, `PortEngine._rows`), and one ABUF read for their STORE beats (`DMAUnit._store_reads`: one beat per cycle
+in all). For every LOAD and STORE between HBM and ABUF/WBUF of the same programs it replays each engine's
 beats (the jobs' words through hw/hbm.py's map) with every engine fed one beat per cycle, or at the HBM's
 sustained rate (hbm_bytes_per_cycle shared by the ports), granted as the RTL grants them (the engines behind the
 leader first), and counts the cycles the grants add over memories that never conflict: `--no-dma` skips this
@@ -96,7 +96,7 @@ def program_figures(cfg, run) -> dict:
 def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
     """For each HBM engine, the memories (a bit mask) each of its beats asks for, in order, for a transfer of
     `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
-    beat reads the one or two chunks its words lie in; a LOAD beat writes the chunk it fills to its last word
+    beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat writes the chunk it fills to its last word
     and, where the job's words end in the beat or the beat ends an interleave granule, the chunk it leaves
     (PortEngine._rows), nothing otherwise (its words wait for the next beat)."""
     B, K, banks, G = cfg.hbm_port_bits // 16, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
@@ -117,7 +117,7 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
                 full = (end % K == K - 1) | straddles | ends
                 mask = np.where(full, 1 << (chunk % banks), 0) | np.where(ends & straddles, 1 << ((chunk + 1) % banks), 0)
             else:
-                mask = (1 << (chunk % banks)) | np.where(straddles, 1 << ((chunk + 1) % banks), 0)
+                mask = np.full(len(beat), 1 << banks)
             asks.extend(mask.tolist())
         out.append(asks)
     return out

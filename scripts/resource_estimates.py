@@ -13,7 +13,8 @@ minutes), each part synthesised at its u280 width and counted as many times as t
 plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
 counted, not synthesised (`buffer_estimate`): each read port outside a group that shares one port per memory
 is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
-URAM288 (4K x 72) or RAMB36 (512 x 72).
+URAM288 (4K x 72) or RAMB36 (512 x 72); their port logic is composed per requester of the shared groups
+(`port_logic`).
 """
 from __future__ import annotations
 
@@ -97,6 +98,8 @@ def synthesise(component, workdir: Path) -> dict[str, int]:
     os.chdir(workdir)
     try:
         code = run_yosys(["-q", "-l", "yosys.log", "-p", f"read_rtlil top.il; {SYNTH}; tee -q -o stat.json stat -json"])
+    except Exception as exc:   # a trap inside YoWASP's WebAssembly (out of memory, an abort)
+        raise RuntimeError(f"yosys stopped ({exc.__class__.__name__}); see {workdir / 'yosys.log'}") from exc
     finally:
         os.chdir(here)
     if code != 0:
@@ -174,13 +177,70 @@ def buffer_estimate(cfg) -> dict:
     return out
 
 
+def group_requesters(cfg) -> dict:
+    """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
+    {kind: count}, a kind one of ("tile lane", words), ("shared read", words), ("row write", chunk),
+    ("shared write", words)."""
+    from ringgpt.hw.core.core import UNIT_CLASSES
+    from ringgpt.hw.core.interfaces import RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
+    out: dict = {}
+    for name, cls in UNIT_CLASSES.items():
+        unit = cls(cfg)
+        unit._MustUse__silence = True
+        for space, sig in unit.buffer_ports.values():
+            kinds = out.setdefault(space.name, {})
+            if isinstance(sig, TileReadPort):
+                kind, count = ("tile lane", sig.words), sig.lanes
+            elif isinstance(sig, (SharedReadPort, SharedWritePort, RowWritePort)):
+                label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
+                kind, count = (label[type(sig)], sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
+            else:
+                continue
+            kinds[kind] = kinds.get(kind, 0) + count
+    return out
+
+
+def port_logic(cfg, synth) -> dict:
+    """The buffers' port logic at `cfg` (hw/core/buffers.py, BankedBuffer's shared groups: each requester's memory
+    choices and shifts, the grants, each memory's multiplexers), composed: a BankedBuffer of the config's chunk and
+    banks, two rows deep (its memories are registers, the same in every build), with a one-word plain read and write
+    port (which keep them alive) is synthesised with one and with two requesters of each kind; a requester costs
+    the difference, and each buffer the sum over its requesters (`group_requesters`). `synth(name, build)` gives a
+    build's figures. Returns buffer name -> figures, and 'per requester' -> kind -> figures."""
+    from ringgpt.hw.core.buffers import BankedBuffer
+    from ringgpt.hw.core.interfaces import TileReadPort
+    chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
+    requesters = group_requesters(cfg)
+
+    def build(kind, count):
+        what, words = kind
+        groups = {"tile lane": {"tiles": {"t": TileReadPort(count, words)}},
+                  "shared read": {"shared_reads": {f"r{i}": words for i in range(count)}},
+                  "row write": {"row_writes": tuple(f"w{i}" for i in range(count))},
+                  "shared write": {"shared_writes": {f"w{i}": words for i in range(count)}}}[what]
+        return lambda: BankedBuffer(2 * chunk * banks, chunk=chunk, banks=banks, reads={"peek": 1}, writes={"fill": 1},
+                                    **groups)
+
+    per = {}
+    for kind in sorted({kind for kinds in requesters.values() for kind in kinds}):
+        label = f"BankedBuffer({cfg.buffer_chunk_words}-word chunks, {banks} memories) {kind[0]} of {kind[1]}"
+        one, two = synth(f"{label} x1", build(kind, 1)), synth(f"{label} x2", build(kind, 2))
+        per[f"{kind[0]} of {kind[1]}"] = {key: max(0, two.get(key, 0) - one.get(key, 0)) for key in one}
+    out = {name: {} for name in requesters}
+    for name, kinds in requesters.items():
+        for kind, count in kinds.items():
+            out[name] = _add(out[name], per[f"{kind[0]} of {kind[1]}"], count)
+    return {**out, "per requester": per, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
+                                                          for name, kinds in requesters.items()}}
+
+
 def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     """The --core report (see the module docstring) for `cfg`, by default the u280 preset (scripts/build_bitstream.py
     passes the config it builds)."""
     import dataclasses
 
     from ringgpt.hw.config import get_config
-    from ringgpt.hw.core.dma import DMAUnit, PortEngine
+    from ringgpt.hw.core.dma import PortEngine
     target, small = cfg or get_config("u280"), get_config("sim-small")
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
@@ -211,24 +271,23 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
             total = _add(total, synth(name, build), count)
         rows[f"{cls.__name__} (composed)"] = total
         rows[f"  {cls.__name__}: control and glue (sim-small)"] = glue
-    try:
-        rows["DMAUnit"] = _add({}, synth(f"DMAUnit({target.name})", lambda: DMAUnit(target)))
-    except RuntimeError as exc:
-        # YoWASP Yosys stops with an internal assertion (count_id(wire->name) == 0 in ABC's reintegration) on
-        # the DMA at every width tried (8 to 64): its AXI port engines are synthesised alone and counted once per
-        # port, and the dominant registers of the rest are counted. The transpose tile is P x P words of 16
-        # flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the write register P words +
-        # address + mask; the step pipeline and counters about 300 more.
-        P = target.vector_width
-        print(f"  DMAUnit({target.name}) not synthesised ({exc}): engines synthesised, the rest counted", flush=True)
-        tile = 16 * P * P
-        engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)),
-                       target.hbm_channels + 1)
-        rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
-            engines, {"LUT": tile + 16 * P, "FF": tile + 16 * P + 32 + P + 300, "DSP": 3, "BRAM36": 0, "URAM": 0})
+    # The whole DMA unit is not synthesised: YoWASP's Yosys stops on it at every width tried (8 to 64: an internal
+    # assertion, count_id(wire->name) == 0 in ABC's reintegration, or after 25 minutes a trap at u280). Its AXI port
+    # engines are synthesised alone and counted once per port, and the dominant registers of the rest are counted:
+    # the transpose tile is P x P words of 16 flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the
+    # write register P words + address + mask; the store read's choice of one of the engines' addresses (one LUT per
+    # address bit and 3 engines); the step pipeline and counters about 300 more.
+    P, ports = target.vector_width, target.hbm_channels + 1
+    tile = 16 * P * P
+    engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)), ports)
+    rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
+        engines, {"LUT": tile + 16 * P + 32 * -(-ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
+                  "BRAM36": 0, "URAM": 0})
     buffers = buffer_estimate(target)
+    ports = port_logic(target, synth)
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
+        rows[f"{name} port logic (composed per requester)"] = _add({}, ports[name])
     total = {}
     for name, row in rows.items():
         if not name.startswith(" "):
@@ -243,8 +302,11 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
               f"({b['URAM_per_copy']} URAM or {b['BRAM36_per_copy']} RAMB36), {b['copies']} read ports = copies, "
               f"{len(b['write_ports'])} write ports")
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": target.name, "limits": U280_LIMITS, "rows": rows,
-                                     "buffers": buffers, "parts": cache, "synthesis_seconds": log}, indent=2) + "\n")
+    partial = json_path.with_name(json_path.name + ".partial")
+    partial.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": target.name, "limits": U280_LIMITS, "rows": rows,
+                                     "buffers": buffers, "port_logic": ports, "parts": cache, "synthesis_seconds": log},
+                                    indent=2) + "\n")
+    partial.replace(json_path)
     print(f"wrote {json_path}")
     return 0
 

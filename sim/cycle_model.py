@@ -303,8 +303,8 @@ _SERVED_LIMIT = 1 << 14
 
 @functools.cache
 def _modeled_dma(cfg: ArchConfig):
-    """DMAUnit of `cfg` whose per-port service (DMAUnit._serve: one beat per cycle, hbm_outstanding requests per
-    latency + 1 cycles, one job per cycle) is bounded below by the memory's own time for the same rows:
+    """DMAUnit of `cfg` whose per-port service (DMAUnit._serve: one beat per cycle, a STORE's one beat per cycle in
+    all, hbm_outstanding requests per latency + 1 cycles, one job per cycle) is bounded below by the memory's own time for the same rows:
     `hbm_service`, or the host buffer's bytes at host_link_gbps. Remembered by the rows' addresses modulo a
     period of the HBM map that keeps every channel's beats, 4 KiB pages and bursts (C x C granules, enough of them
     to move each channel's local addresses by whole pages), so the tiles of transposed LOADs and the layers'
@@ -317,14 +317,14 @@ def _modeled_dma(cfg: ArchConfig):
     served: dict = {}
 
     class ModeledDMA(DMAUnit):
-        def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int) -> int:
+        def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int, serial: bool = False) -> int:
             starts = np.asarray(starts, dtype=np.int64)
             period = periods[host]
-            key = (tuple((starts - starts.min() // period * period).tolist()), length, latency, host, jobs)
+            key = (tuple((starts - starts.min() // period * period).tolist()), length, latency, host, jobs, serial)
             if key not in served:
                 if len(served) >= _SERVED_LIMIT:
                     served.clear()
-                engine = super()._serve(np.array(key[0]), length, latency, host, jobs=jobs)
+                engine = super()._serve(np.array(key[0]), length, latency, host, jobs=jobs, serial=serial)
                 memory = 2 * starts.size * length / host_rate if host else hbm_service(key[0], length, cfg).cycles
                 served[key] = max(engine, math.ceil(memory) - 1)
             return served[key]

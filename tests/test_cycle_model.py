@@ -88,6 +88,9 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
     (Resolved(Opcode.LOAD, rows=4, n=100, dst=WBUF, src1=HBM), (Unit.DMA, 5 + 65 + 36, 800, 0, 0), "dma-hbm"),
     # 64 words: 8 beats, 128 B / 14.4 = 8.9 -> 9 on the channel; a STORE ends with its response (3 + 2 + 32)
     (Resolved(Opcode.STORE, rows=1, n=64, dst=HBM, src1=ABUF), (Unit.DMA, 5 + 8 + 37, 128, 0, 0), "dma-hbm"),
+    # 512 words, a granule on each of the 4 channels: their 64 beats one per cycle through the engines' one ABUF read
+    # (16 per channel in parallel, 18 cycles of each channel, would take 17)
+    (Resolved(Opcode.STORE, rows=1, n=512, dst=HBM, src1=ABUF), (Unit.DMA, 5 + 63 + 37, 1024, 0, 0), "dma-hbm"),
     # the index read (3 + 32 + 1, then 1), then 2 jobs; 256 B on channel 0: 17.8 -> 18
     (Resolved(Opcode.GATHER, rows=2, n=64, src1_stride=64, dst=ABUF, src1=HBM, src2=HOST),
      (Unit.DMA, 5 + 37 + 17 + 36, 256, 0, 0), "dma-hbm"),

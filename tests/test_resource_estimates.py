@@ -9,12 +9,11 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
                                                                                       "WBUF": (255, 3856)}
     # ABUF: the tile ports of the matrix unit (weights, x, bias) and the vector unit (its 3 operands) and the
-    # SharedReadPorts of the on-chip DMA, the 33 engines and the router, all one read port per memory; WBUF: the
-    # matrix unit's tile port
+    # SharedReadPorts of the on-chip DMA, the 33 engines' one store read and the router, all one read port per
+    # memory; WBUF: the matrix unit's tile port
     assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (1, 1)
-    assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 37: " + ", ".join(sorted(
-        ["dma.abuf_src", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]
-        + [f"dma.abuf_to_{port}" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
+    assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 5: " + ", ".join(sorted(
+        ["dma.abuf_src", "dma.abuf_store", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]))]
     # every write of the core one write port per memory: ABUF's the on-chip DMA's and the engines' rows and the
     # matrix unit's results and row maxima, the vector unit's, the router's; WBUF's the DMA's rows
     assert buffers["ABUF"]["write_ports"] == ["RowWritePort and SharedWritePort group of 38: " + ", ".join(sorted(

@@ -10,9 +10,9 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
                ├─▶ LOAD / GATHER: R beats ─▶ merged into whole rows ─▶ the engines' shared ABUF/WBUF write port
                ├─▶ LOAD transposed: R beats ─▶ (one engine a cycle) ─▶ the P x P tile ─▶ columns ─▶ dst
                ├─▶ GATHER indices from HOST: R beats ─▶ index FIFO ─▶ one table-row job per index
-               └─▶ STORE: the engines' shared ABUF read port ─▶ W beats (wstrb for partial beats); B counted
-    The engines share one write port per buffer memory (RowWritePort) and one ABUF read port per memory
-    (SharedReadPort); the buffers grant first the engines that moved fewer beats than the leader.
+               └─▶ STORE: one ABUF read for all engines, a beat a cycle ─▶ W beats (wstrb for partial beats); B counted
+    The engines share one write port per buffer memory (RowWritePort) and one ABUF read (`abuf_store`, a
+    SharedReadPort); the buffers, and the store read, grant first the engines that moved fewer beats than the leader.
 """
 from __future__ import annotations
 
@@ -323,8 +323,8 @@ class DMAUnit(wiring.Component):
     (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words shifted into two chunk rows,
     first in their buffer's group and urgent, so never refused), and per AXI port p
     `p_to_abuf`, `p_to_wbuf`
-    (RowWritePorts of the buffers' chunk) and `abuf_to_p` (a SharedReadPort of a beat: hbm_port_bits / 16
-    words), each kind one group that shares a port per memory.
+    (RowWritePorts of the buffers' chunk), each kind one group that shares a port per memory, and `abuf_store`
+    (a SharedReadPort of a beat, hbm_port_bits / 16 words: the engines' STORE beats, one a cycle, `_store_reads`).
 
     How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
     cycle (a row of the off-chip block with the buffer address of its first word), broadcast to the HBM
@@ -379,8 +379,8 @@ class DMAUnit(wiring.Component):
                              "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
         for port in self.ports:
             self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
-                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words)),
-                                      f"abuf_to_{port}": (Space.ABUF, SharedReadPort(B))})
+                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))})
+        self.buffer_ports["abuf_store"] = (Space.ABUF, SharedReadPort(B))
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           **{port: Out(Axi4(cfg.hbm_port_bits)) for port in self.ports},
@@ -422,7 +422,7 @@ class DMAUnit(wiring.Component):
         Model: jobs go out one per cycle (transposed STORE: one per word; GATHER: one per two cycles with ABUF
         indices, after the index read with HOST ones); each port serves its beats (hw/hbm.py's map, 4 KiB
         pages, AXI_MAX_BURST-beat bursts) one per cycle, and at most hbm_outstanding bursts per `latency` + 1
-        cycles; a read's last beat lands `PortEngine.data_latency` after it arrives, a write is done with the
+        cycles, a STORE's ports one beat per cycle in all (their one ABUF read, `_store_reads`); a read's last beat lands `PortEngine.data_latency` after it arrives, a write is done with the
         B response after its last W beat. A transposed LOAD pays this per tile of up to P x P words, then
         drains the tile's columns one per cycle. Bases are taken as page aligned."""
         P = self.width
@@ -454,14 +454,14 @@ class DMAUnit(wiring.Component):
             starts, length, jobs = [x_base + j * x_stride + k for j in range(n) for k in range(rows)], 1, rows * n
         else:
             starts, length, jobs = [x_base + k * x_stride for k in range(rows)], n, rows
-        serve = self._serve(starts, length, latency, host, jobs=jobs)
+        serve = self._serve(starts, length, latency, host, jobs=jobs, serial=r.op is Opcode.STORE)
         if r.op is Opcode.STORE:
             return start + serve + PortEngine.write_cycles(latency)
         return start + serve + PortEngine.read_cycles(latency)
 
-    def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int) -> int:
+    def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int, serial: bool = False) -> int:
         """Cycles from the first job's to the last one's, or from the first beat to the last, of the rows
-        [start, start + length) (see transfer_cycles)."""
+        [start, start + length) (see transfer_cycles); `serial`: the ports' beats one per cycle in all."""
         cfg, B = self.cfg, self.beat_words
         starts = np.asarray(starts, dtype=np.int64)[None, :]
         page_beats = AXI_PAGE_BYTES // (2 * B)
@@ -474,11 +474,28 @@ class DMAUnit(wiring.Component):
         beats = np.where(used, last - first + 1, 0)
         pages = last // page_beats - first // page_beats + 1
         bursts = np.where(used, np.maximum(pages, -(-beats // AXI_MAX_BURST)), 0).sum(axis=1)
-        busiest = max(int(beats.sum(axis=1).max()),
+        busiest = max(int(beats.sum() if serial else beats.sum(axis=1).max()),
                       max(_ceil_div(int(b) * (latency + 1), cfg.hbm_outstanding) for b in bursts.tolist()))
         return max(busiest, jobs) - 1
 
     # --- the unit ------------------------------------------------------------------------------------------------
+    def _store_reads(self, m: Module, engines: list):
+        """The engines' STORE beats through one ABUF read (`abuf_store`): each cycle the first engine asking,
+        those behind the leader (`urgent`) first, is passed to the buffer, and its `ready` is the buffer's grant;
+        the words go to every engine, and the one granted takes them (READ_LATENCY after). One 17:1 row pick for
+        all engines instead of one each; STOREs move one beat per cycle in all (`transfer_cycles`)."""
+        reads = [engine.from_abuf for engine in engines]
+        port = self.abuf_store
+        asks, urgent_asks = Signal(len(reads)), Signal(len(reads))
+        m.d.comb += [asks.eq(Cat(read.en for read in reads)), urgent_asks.eq(Cat(read.en & read.urgent for read in reads))]
+        pool, chosen = Signal(len(reads)), Signal(len(reads))
+        m.d.comb += [pool.eq(Mux(urgent_asks.any(), urgent_asks, asks)), chosen.eq(pool & (~pool + 1))]   # lowest set bit
+        addr = 0
+        for k, read in enumerate(reads):
+            addr = addr | Mux(chosen[k], read.addr, 0)
+            m.d.comb += [read.ready.eq(chosen[k] & port.ready), read.data.eq(port.data)]
+        m.d.comb += [port.addr.eq(addr), port.en.eq(asks.any()), port.urgent.eq(urgent_asks.any())]
+
     def elaborate(self, platform):
         m = Module()
         cfg, P, B = self.cfg, self.width, self.beat_words
@@ -491,8 +508,8 @@ class DMAUnit(wiring.Component):
             wiring.connect(m, engine.axi, wiring.flipped(getattr(self, port)))
             wiring.connect(m, engine.to_abuf, wiring.flipped(getattr(self, f"{port}_to_abuf")))
             wiring.connect(m, engine.to_wbuf, wiring.flipped(getattr(self, f"{port}_to_wbuf")))
-            wiring.connect(m, engine.from_abuf, wiring.flipped(getattr(self, f"abuf_to_{port}")))
             m.d.comb += engine.base.eq(self.hbm_base[index] if index < C else self.host_base)
+        self._store_reads(m, engines)
         level = [engine.moved for engine in engines]       # the most any engine moved: a tree of maxima
         while len(level) > 1:
             level = [Mux(a > b, a, b) for a, b in zip(level[::2], level[1::2])] + level[len(level) // 2 * 2:]

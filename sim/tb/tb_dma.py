@@ -485,17 +485,17 @@ async def offchip_errors(dut):
 
 @cocotb.test()
 async def offchip_full_rate(dut):
-    """Long sequential LOADs from HBM (and a STORE) move one beat per cycle on every port: their busy cycles are
-    exactly `DMAUnit.transfer_cycles` (no AXI pauses, issue at full rate), whose transfer term is the beats of
-    the busiest port, and their words per cycle after the fixed cycles at least 90% of the ports' rate. One
-    instruction of every other kind is compared with the estimate too (reported, not asserted)."""
+    """Long sequential LOADs from HBM move one beat per cycle on every port, and a STORE one beat per cycle in all
+    (the engines' one ABUF read): their busy cycles are exactly `DMAUnit.transfer_cycles` (no AXI pauses, issue at
+    full rate), whose transfer term is the beats of the busiest port (of all ports for the STORE), and their words
+    per cycle after the fixed cycles at least 90% of that rate. One instruction of every other kind is compared
+    with the estimate too (reported, not asserted)."""
     tb = DmaTB(dut)
     tb.issue_probability = 1.0
     tb.pause_probability = 0.0
     await tb.start()
     cfg, unit = tb.cfg, tb.top.unit
     rng = np.random.default_rng(3)
-    ports_rate = cfg.hbm_channels * unit.beat_words
     lines, wrong = [], []
     sequential = [Instruction.make(Opcode.LOAD, dst=Operand(space, 0, 0), src1=Operand(Space.HBM, 0, 512),
                                    rows=Dim(0, 1), n=Dim(0, words))
@@ -506,6 +506,7 @@ async def offchip_full_rate(dut):
         words = inst.n.imm
         cycles = await tb.check_dma(inst, [0] * 16, full_state(rng, cfg), label="sequential")
         estimate = tb.estimate(inst, [0] * 16, None)
+        ports_rate = unit.beat_words * (1 if inst.opcode is Opcode.STORE else cfg.hbm_channels)
         fixed = estimate - words // ports_rate
         rate = words / (cycles - fixed)
         lines.append(f"{inst}: {cycles} busy cycles, estimate {estimate}; {rate:.1f} words per cycle after the "
