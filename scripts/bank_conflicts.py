@@ -98,7 +98,8 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
     `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
     beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat writes the chunk it fills to its last word
     and, where the job's words end in the beat or the beat ends an interleave granule, the chunk it leaves
-    (PortEngine._rows), nothing otherwise (its words wait for the next beat)."""
+    (PortEngine._rows), nothing otherwise (its words wait for the next beat); the next chunk's words, where the
+    job's end reaches into it, a request of their own after (a flush, counted here as a beat)."""
     B, K, banks, G = cfg.hbm_port_bits // 16, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
     lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
     delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
@@ -115,10 +116,11 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
             if write:
                 ends = (lhi[job] - beat <= B) | ((beat + B) % G == 0)
                 full = (end % K == K - 1) | straddles | ends
-                mask = np.where(full, 1 << (chunk % banks), 0) | np.where(ends & straddles, 1 << ((chunk + 1) % banks), 0)
+                for row, flush, c in zip(np.where(full, 1 << (chunk % banks), 0).tolist(), (ends & straddles).tolist(),
+                                         chunk.tolist()):
+                    asks.extend([row, 1 << ((c + 1) % banks)] if flush else [row])
             else:
-                mask = np.full(len(beat), 1 << banks)
-            asks.extend(mask.tolist())
+                asks.extend([1 << banks] * len(beat))
         out.append(asks)
     return out
 

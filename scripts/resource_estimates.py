@@ -179,7 +179,7 @@ def buffer_estimate(cfg) -> dict:
 
 def group_requesters(cfg) -> dict:
     """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
-    {kind: count}, a kind one of ("tile lane", words), ("shared read", words), ("row write", chunk),
+    {kind: count}, a kind one of ("tile lane", words), ("shared read", words), ("row write", rows x chunk words),
     ("shared write", words)."""
     from ringgpt.hw.core.core import UNIT_CLASSES
     from ringgpt.hw.core.interfaces import RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
@@ -193,7 +193,7 @@ def group_requesters(cfg) -> dict:
                 kind, count = ("tile lane", sig.words), sig.lanes
             elif isinstance(sig, (SharedReadPort, SharedWritePort, RowWritePort)):
                 label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
-                kind, count = (label[type(sig)], sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
+                kind, count = (label[type(sig)], sig.rows * sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
             else:
                 continue
             kinds[kind] = kinds.get(kind, 0) + count
@@ -216,7 +216,7 @@ def port_logic(cfg, synth) -> dict:
         what, words = kind
         groups = {"tile lane": {"tiles": {"t": TileReadPort(count, words)}},
                   "shared read": {"shared_reads": {f"r{i}": words for i in range(count)}},
-                  "row write": {"row_writes": tuple(f"w{i}" for i in range(count))},
+                  "row write": {"row_writes": {f"w{i}": words // chunk for i in range(count)}},
                   "shared write": {"shared_writes": {f"w{i}": words for i in range(count)}}}[what]
         return lambda: BankedBuffer(2 * chunk * banks, chunk=chunk, banks=banks, reads={"peek": 1}, writes={"fill": 1},
                                     **groups)
@@ -244,8 +244,11 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     target, small = cfg or get_config("u280"), get_config("sim-small")
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
-    if reuse and json_path.exists():
-        cache.update(json.loads(json_path.read_text()).get("parts", {}))
+    progress = json_path.with_name(json_path.stem + ".parts.json")   # every part as it is synthesised
+    if reuse:
+        for path in (json_path, progress):
+            if path.exists():
+                cache.update(json.loads(path.read_text()).get("parts", {}))
     log = {}
 
     def synth(name: str, build) -> dict:
@@ -256,6 +259,10 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
                 cache[name] = _figures(synthesise(component, Path(tmp)))
             log[name] = round(time.monotonic() - started, 1)
             print(f"  synthesised {name}: {cache[name]} in {log[name]} s", flush=True)
+            progress.parent.mkdir(parents=True, exist_ok=True)
+            partial = progress.with_name(progress.name + ".partial")
+            partial.write_text(json.dumps({"parts": cache}, indent=2) + "\n")
+            partial.replace(progress)
         return cache[name]
 
     rows = {}

@@ -14,8 +14,9 @@ def test_engine_requests_merge_beats_into_rows(script):
     cfg = get_config("sim-small")
     # HBM words 0..15 (granule 0: engine 0) to buffer words 4..19. Beat 1 (words 4..11) completes chunk 0 and
     # starts chunk 1: it writes chunk 0 (memory 0); beat 2 (12..19) completes chunk 1 and ends the job, so it
-    # writes chunks 1 and 2 (memories 1, 2). A STORE beat asks for the engines' one store read (bit 5).
-    assert script.engine_requests(cfg, 1, 16, 0, 0, 4, 0, True) == [[0b1, 0b110], [], [], []]
+    # writes chunk 1 (memory 1), then chunk 2 (memory 2) on its own, a row a grant. A STORE beat asks for the
+    # engines' one store read (bit 5).
+    assert script.engine_requests(cfg, 1, 16, 0, 0, 4, 0, True) == [[0b1, 0b10, 0b100], [], [], []]
     assert script.engine_requests(cfg, 1, 16, 0, 0, 4, 0, False) == [[0b100000, 0b100000], [], [], []]
     assert script.engine_requests(cfg, 1, 16, 120, 0, 0, 0, False) == [[0b100000], [0b100000], [], []]
     # aligned: every beat fills its chunk; HBM words 128..135 are granule 1 (engine 1), at buffer 8..15: chunk 1

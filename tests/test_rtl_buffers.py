@@ -181,7 +181,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
 
 
 SHARED_READS = {"s_wide": 8, "s_odd": 3, "s_beat": 8}
-ROW_WRITES = ("w_first", "w_second", "w_third")
+ROW_WRITES = {"w_first": 2, "w_second": 1, "w_third": 2}
 SHARED_WRITES = {"sw_wide": 8, "sw_odd": 3}
 
 
@@ -200,7 +200,8 @@ def _granted(touches: list, urgent: list) -> list:
 
 @pytest.mark.parametrize("banks", [2, 5])
 def test_shared_ports_grant_in_priority_order(banks):
-    """Three SharedReadPorts, and three RowWritePorts with two SharedWritePorts after them, over one read and one
+    """Three SharedReadPorts, and three RowWritePorts (of two, one and two chunks) with two SharedWritePorts after
+    them, over one read and one
     write port per memory: random requests (often several on one memory; a shared write claims its whole
     window, mask or not), some urgent, against a word array; `ready` is exactly the grant
     (no requester granted before it, urgent ones first, on one of the memories it touches), every granted read returns its
@@ -229,19 +230,19 @@ def test_shared_ports_grant_in_priority_order(banks):
                 read_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}}
                                   if en else set())
             write_touch, writes = [], {}
-            for name in ROW_WRITES:
+            for name, rows in ROW_WRITES.items():
                 port, en = getattr(buf, name), bool(rng.random() < 0.8 and cycle > 3)
                 first = (hot + int(rng.integers(-1, 2))) % chunks if rng.random() < 0.6 else \
                     int(rng.choice([rng.integers(0, chunks), chunks - 1, chunks]))
-                mask = int(rng.integers(0, 1 << 2 * chunk)) if rng.random() < 0.7 else \
-                    [(1 << chunk) - 1, ((1 << chunk) - 1) << chunk, 0][int(rng.integers(3))]
-                values = [int(v) for v in rng.integers(0, 1 << 16, 2 * chunk)]
+                mask = int(rng.integers(0, 1 << rows * chunk)) if rng.random() < 0.7 else \
+                    [(1 << chunk) - 1, ((1 << chunk) - 1) << chunk, 0][int(rng.integers(3))] & ((1 << rows * chunk) - 1)
+                values = [int(v) for v in rng.integers(0, 1 << 16, rows * chunk)]
                 ctx.set(port.en, en)
                 ctx.set(port.first, first)
                 ctx.set(port.mask, mask)
                 ctx.set(port.data, values)
                 writes[name] = (first, mask, values)
-                write_touch.append({(first + h) % banks for h in (0, 1) if mask >> (h * chunk) & ((1 << chunk) - 1)}
+                write_touch.append({(first + h) % banks for h in range(rows) if mask >> (h * chunk) & ((1 << chunk) - 1)}
                                    if en else set())
             for name, width in SHARED_WRITES.items():       # the words at any address; they claim their window
                 port, en = getattr(buf, name), bool(rng.random() < 0.6 and cycle > 3)

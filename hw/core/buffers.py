@@ -22,8 +22,8 @@ memory serves first the single read its group grants (the `urgent` ones first: t
 behind the leader, the router marks its reads; then in the order listed; `_grants`), else one tile port's
 chunk, the tile ports taking turns each cycle. A requester that is not served holds its request, and a tile
 port keeps the chunks it was already given. The writes share one write port per memory the same way
-(`_writes`): the rows (`RowWritePort`: the on-chip DMA's copies, first; the engines' LOAD and GATHER rows,
-which they assemble from their beats) and then the units' writes (`SharedWritePort`: the matrix unit's
+(`_writes`): the rows (`RowWritePort`: the on-chip DMA's copies, two chunks, first; the engines' LOAD and GATHER
+rows, one chunk a grant, which they assemble from their beats) and then the units' writes (`SharedWritePort`: the matrix unit's
 results and row maxima, the vector unit's, the router's), the urgent ones first. A plain `ReadPort` or
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
@@ -62,13 +62,13 @@ class BankedBuffer(wiring.Component):
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes at least
     `tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
-    memory (the shared reads granted first, see `_reads`), and the `row_writes` (names of RowWritePorts) and
+    memory (the shared reads granted first, see `_reads`), and the `row_writes` (name -> rows: RowWritePorts) and
     `shared_writes` (name -> width: SharedWritePorts) one write port per memory (the row writes listed first),
     each group granted the urgent requesters first, each class in the order listed (see `_grants`); the group's
     write wins over the plain write ports on a shared word."""
 
     def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None,
-                 shared_reads: dict | None = None, row_writes: tuple = (), shared_writes: dict | None = None):
+                 shared_reads: dict | None = None, row_writes: dict | None = None, shared_writes: dict | None = None):
         if chunk < 1 or chunk & (chunk - 1):
             raise ValueError(f"chunk must be a power of two, got {chunk}")
         if banks < 2:
@@ -85,12 +85,12 @@ class BankedBuffer(wiring.Component):
         self.chunks = words // chunk
         self.rows = -(-self.chunks // banks)
         self.reads, self.writes, self.tiles = dict(reads), dict(writes), tiles
-        self.shared_reads, self.row_writes, self.shared_writes = shared_reads, tuple(row_writes), shared_writes
+        self.shared_reads, self.row_writes, self.shared_writes = shared_reads, dict(row_writes or {}), shared_writes
         super().__init__({**{name: In(ReadPort(w)) for name, w in reads.items()},
                           **{name: In(WritePort(w)) for name, w in writes.items()},
                           **{name: In(tile) for name, tile in tiles.items()},
                           **{name: In(SharedReadPort(w)) for name, w in shared_reads.items()},
-                          **{name: In(RowWritePort(chunk)) for name in self.row_writes},
+                          **{name: In(RowWritePort(chunk, rows)) for name, rows in self.row_writes.items()},
                           **{name: In(SharedWritePort(w)) for name, w in shared_writes.items()}})
 
     def _place(self, m: Module, addr, *, name: str):
@@ -198,13 +198,14 @@ class BankedBuffer(wiring.Component):
             else:
                 window, enables = port.data.as_value(), port.mask
                 m.d.comb += first.eq(port.first)
-                claims = (enables[:C] != 0, enables[C:] != 0)
+                claims = (enables[:C] != 0, enables[C:] != 0)[:self.row_writes[name]]
             m.d.comb += [bank.eq(first % P), row.eq(first // P)]
             wraps = bank == P - 1
             halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
-                      (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks))
+                      (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks)
+                      )[:len(claims)]
             touch = Signal(P, name=f"{name}_touch")
-            m.d.comb += [touch[b].eq(port.en & (((halves[0][0] == b) & claims[0]) | ((halves[1][0] == b) & claims[1])))
+            m.d.comb += [touch[b].eq(port.en & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
                          for b in range(P)]
             requests.append((port, halves))
             touches.append(touch)
@@ -412,7 +413,7 @@ class Buffers(wiring.Component):
                                writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
                                tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
                                shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
-                               row_writes=tuple(n for n, s in mine.items() if isinstance(s, RowWritePort)),
+                               row_writes={n: s.rows for n, s in mine.items() if isinstance(s, RowWritePort)},
                                shared_writes={n: s.words for n, s in mine.items() if isinstance(s, SharedWritePort)})
             m.submodules[space.name.lower()] = buf
             for name in mine:

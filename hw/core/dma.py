@@ -115,7 +115,7 @@ class PortEngine(wiring.Component):
         super().__init__({"job": In(stream.Signature(JobLayout)), "abort": In(1), "busy": Out(1),
                           "restart": In(1), "moved": Out(ADDRESS_BITS), "behind": In(1),
                           "bus_error": Out(1), "base": In(AXI_ADDRESS_BITS), "axi": Out(Axi4(cfg.hbm_port_bits)),
-                          "to_abuf": Out(RowWritePort(self.chunk)), "to_wbuf": Out(RowWritePort(self.chunk)),
+                          "to_abuf": Out(RowWritePort(self.chunk, 1)), "to_wbuf": Out(RowWritePort(self.chunk, 1)),
                           "from_abuf": Out(SharedReadPort(B)),
                           "beats": Out(stream.Signature(beat_layout(B)))})
 
@@ -139,13 +139,16 @@ class PortEngine(wiring.Component):
         return local, lo_off, mask
 
     def _rows(self, m: Module, stage, rows_taken):
-        """The beat in `stage` merged into whole buffer rows: a chunk the beat fills up to its last word, or
-        the chunk it leaves when the job's words do not continue (`stage.ends`), is written (through `to_abuf`
-        or `to_wbuf`, whose grant takes the beat: `rows_taken`); the words of a chunk the next beat continues
-        are held and written with it. So a sequential transfer writes each chunk once, in one grant."""
+        """The beat in `stage` merged into whole buffer rows, one row per grant (through `to_abuf` or `to_wbuf`,
+        RowWritePorts of one chunk): a chunk the beat fills up to its last word, or the chunk it leaves when the
+        job's words do not continue (`stage.ends`), is written, and the grant takes the beat (`rows_taken`); the
+        words of a chunk the next beat continues are held and written with it, and those of the next chunk when
+        the job's words end in it are held and written on their own next (a flush, before the next beat). So a
+        sequential transfer writes each chunk once, in one grant. Returns whether a flush is pending."""
         K, B = self.chunk, self.beat_words
         lk = _log2(K)
-        held = Signal(data.StructLayout({"valid": 1, "data": data.ArrayLayout(WORD, K), "mask": K}))
+        held = Signal(data.StructLayout({"valid": 1, "flush": 1, "target": Target, "first": ADDRESS_BITS,
+                                         "data": data.ArrayLayout(WORD, K), "mask": K}))
         offset = stage.addr[:lk] if lk else 0
         window, spread = Signal(2 * K * WORD), Signal(2 * K)
         m.d.comb += [window.eq(Cat(stage.data.as_value(), Const(0, (2 * K - B) * WORD)) << (offset * WORD)),
@@ -154,22 +157,30 @@ class PortEngine(wiring.Component):
         m.d.comb += [row0[i].eq(Mux(spread[i], window.word_select(i, WORD), held.data[i])) for i in range(K)]
         mask0 = spread[:K] | Mux(held.valid, held.mask, 0)
         full = spread[K - 1] | stage.ends              # the first chunk gets no more words from this engine
-        write = Signal(2 * K)
-        m.d.comb += write.eq(Cat(Mux(full, mask0, 0), Mux(stage.ends, spread[K:], 0)))
+        flushing = held.valid & held.flush & ~self.abort
+        first = Signal(ADDRESS_BITS)
+        m.d.comb += first.eq(stage.addr >> lk)
+        write = Signal(K)
+        m.d.comb += write.eq(Mux(flushing, held.mask, Mux(full, mask0, 0)))
         writing = stage.valid & (stage.target != Target.STREAM) & ~self.abort
-        for port, target in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
-            m.d.comb += [port.en.eq(writing & (stage.target == target) & (write != 0)), port.first.eq(stage.addr >> lk),
-                         port.data.eq(Cat(row0, window[K * WORD:])), port.mask.eq(write)]
-        granted = Mux(stage.target == Target.WBUF, self.to_wbuf.ready, self.to_abuf.ready)
-        m.d.comb += rows_taken.eq((write == 0) | granted)
+        target = Mux(flushing, held.target, stage.target)
+        for port, kind in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
+            m.d.comb += [port.en.eq((flushing | writing) & (target == kind) & (write != 0)),
+                         port.first.eq(Mux(flushing, held.first, first)),
+                         port.data.eq(Mux(flushing, held.data.as_value(), row0.as_value())), port.mask.eq(write)]
+        granted = Mux(target == Target.WBUF, self.to_wbuf.ready, self.to_abuf.ready)
+        m.d.comb += rows_taken.eq(~flushing & ((write == 0) | granted))
         with m.If(self.abort):
             m.d.sync += held.valid.eq(0)
+        with m.Elif(flushing):
+            m.d.sync += held.valid.eq(~granted)
         with m.Elif(writing & rows_taken):
             with m.If(~full):
-                m.d.sync += [held.valid.eq(1), held.data.eq(row0), held.mask.eq(mask0)]
+                m.d.sync += [held.valid.eq(1), held.flush.eq(0), held.data.eq(row0), held.mask.eq(mask0)]
             with m.Else():
-                m.d.sync += [held.valid.eq(~stage.ends & (spread[K:] != 0)), held.data.eq(window[K * WORD:]),
-                             held.mask.eq(spread[K:])]
+                m.d.sync += [held.valid.eq(spread[K:] != 0), held.flush.eq(stage.ends), held.target.eq(stage.target),
+                             held.first.eq(first + 1), held.data.eq(window[K * WORD:]), held.mask.eq(spread[K:])]
+        return held.valid & held.flush
 
     def elaborate(self, platform):
         m = Module()
@@ -270,7 +281,7 @@ class PortEngine(wiring.Component):
                          stage.data.eq(axi.rdata >> (r_off * WORD)), stage.mask.eq(r_mask >> r_off)]
         with m.Elif(taken):
             m.d.sync += stage.valid.eq(0)
-        self._rows(m, stage, rows_taken)
+        flush_pending = self._rows(m, stage, rows_taken)
         m.d.comb += [self.beats.valid.eq(stage.valid & (stage.target == Target.STREAM) & ~self.abort),
                      self.beats.payload.addr.eq(stage.addr), self.beats.payload.data.eq(stage.data),
                      self.beats.payload.mask.eq(stage.mask)]
@@ -305,7 +316,7 @@ class PortEngine(wiring.Component):
         m.d.comb += [port.urgent.eq(self.behind) for port in (self.to_abuf, self.to_wbuf, self.from_abuf)]
         m.d.comb += [self.bus_error.eq((axi.rvalid & axi.rready & r_error) | (axi.bvalid & axi.bresp[1])),
                      self.busy.eq(jobs.r_rdy | cur.valid | ar.valid | aw.valid | reads.r_rdy | stage.valid
-                                  | (writes_open != 0))]
+                                  | flush_pending | (writes_open != 0))]
         return m
 
 
@@ -323,7 +334,7 @@ class DMAUnit(wiring.Component):
     (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words shifted into two chunk rows,
     first in their buffer's group and urgent, so never refused), and per AXI port p
     `p_to_abuf`, `p_to_wbuf`
-    (RowWritePorts of the buffers' chunk), each kind one group that shares a port per memory, and `abuf_store`
+    (RowWritePorts of one chunk), each kind one group that shares a port per memory, and `abuf_store`
     (a SharedReadPort of a beat, hbm_port_bits / 16 words: the engines' STORE beats, one a cycle, `_store_reads`).
 
     How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
@@ -378,8 +389,8 @@ class DMAUnit(wiring.Component):
                              "abuf_dst": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
                              "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
         for port in self.ports:
-            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
-                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))})
+            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words, 1)),
+                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words, 1))})
         self.buffer_ports["abuf_store"] = (Space.ABUF, SharedReadPort(B))
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},

@@ -11,7 +11,7 @@
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
 * `TileReadPort(lanes, words)`: `lanes` reads at once through the buffer's one read port per bank, which may
   take several cycles (`ready`); the matrix unit's tiles, the vector unit's operands.
-* `SharedReadPort(words)` / `RowWritePort(chunk)` / `SharedWritePort(words)`: requesters of a group that
+* `SharedReadPort(words)` / `RowWritePort(chunk, rows)` / `SharedWritePort(words)`: requesters of a group that
   shares one read (write) port per memory, granted in priority order (`ready`), the reads ahead of the tile
   ports; the DMA's beats and on-chip chunks, the router's payload and writes, the units' results.
 * `Frozen`: a unit whose logic stops while its tile reads and shared writes wait.
@@ -178,23 +178,26 @@ class SharedWritePort(wiring.Signature):
 
 
 class RowWritePort(wiring.Signature):
-    """A write into two consecutive chunks of `chunk` words, `first` and `first` + 1, through the buffer's
-    one write port per memory, which a group of requesters shares in priority order: word chunk * first + i
-    (i < 2 * chunk) takes data[i] where mask[i], in the cycle in which `en` and `ready` are high. `ready`: no
+    """A write into `rows` (1 or 2) consecutive chunks of `chunk` words from `first` on, through the buffer's one
+    write port per memory, which a group of requesters shares in priority order: word chunk * first + i
+    (i < rows * chunk) takes data[i] where mask[i], in the cycle in which `en` and `ready` are high. `ready`: no
     requester granted before it writes one of the memories of the chunks with a mask bit set this cycle (the
-    `urgent` ones first, each class in the group's order); the requester holds the request until then. Whole rows are what the memories write at once, so a
-    requester that merges its words into rows before asking needs the fewest grants."""
+    `urgent` ones first, each class in the group's order); the requester holds the request until then. Whole rows
+    are what the memories write at once, so a requester that merges its words into rows before asking needs the
+    fewest grants; each memory chooses among its requesters' rows, so one row a requester halves that choice."""
 
-    def __init__(self, chunk: int):
-        self.chunk = chunk
-        super().__init__({"first": Out(ADDRESS_BITS), "data": Out(data.ArrayLayout(WORD, 2 * chunk)),
-                          "mask": Out(2 * chunk), "en": Out(1), "urgent": Out(1), "ready": In(1)})
+    def __init__(self, chunk: int, rows: int = 2):
+        if rows not in (1, 2):
+            raise ValueError(f"a RowWritePort writes 1 or 2 chunks, not {rows}")
+        self.chunk, self.rows = chunk, rows
+        super().__init__({"first": Out(ADDRESS_BITS), "data": Out(data.ArrayLayout(WORD, rows * chunk)),
+                          "mask": Out(rows * chunk), "en": Out(1), "urgent": Out(1), "ready": In(1)})
 
     def __eq__(self, other):
-        return type(other) is RowWritePort and other.chunk == self.chunk
+        return type(other) is RowWritePort and (other.chunk, other.rows) == (self.chunk, self.rows)
 
     def __repr__(self):
-        return f"RowWritePort({self.chunk})"
+        return f"RowWritePort({self.chunk}, rows={self.rows})"
 
 
 class Frozen:
