@@ -13,7 +13,7 @@ minutes), each part synthesised at its u280 width and counted as many times as t
 plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
 counted, not synthesised (`buffer_estimate`): each read port outside a group that shares one port per memory
 is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
-URAM288 (4K x 72) or RAMB36 (512 x 72); their port logic is composed per requester of the shared groups
+URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is counted per requester of the shared groups
 (`port_logic`).
 """
 from __future__ import annotations
@@ -200,38 +200,49 @@ def group_requesters(cfg) -> dict:
     return out
 
 
-def port_logic(cfg, synth) -> dict:
-    """The buffers' port logic at `cfg` (hw/core/buffers.py, BankedBuffer's shared groups: each requester's memory
-    choices and shifts, the grants, each memory's multiplexers), composed: a BankedBuffer of the config's chunk and
-    banks, two rows deep (its memories are registers, the same in every build), with a one-word plain read and write
-    port (which keep them alive) is synthesised with one and with two requesters of each kind; a requester costs
-    the difference, and each buffer the sum over its requesters (`group_requesters`). `synth(name, build)` gives a
-    build's figures. Returns buffer name -> figures, and 'per requester' -> kind -> figures."""
-    from ringgpt.hw.core.buffers import BankedBuffer
-    from ringgpt.hw.core.interfaces import TileReadPort
+def _choice_luts(candidates: int) -> int:
+    """LUT6s that choose one of `candidates` one-hot inputs for one bit: three (select, data) pairs a LUT, then an
+    OR of those six at a time."""
+    if candidates <= 1:
+        return 0
+    first = -(-candidates // 3)
+    return first + (-(-first // 6) if first > 1 else 0)
+
+
+def port_logic(cfg) -> dict:
+    """The buffers' port logic at `cfg` (hw/core/buffers.py, BankedBuffer's shared groups), counted: Yosys cannot
+    take a u280 buffer with its groups in useful time (two one-row writers alone are 3 minutes, and differences of
+    such builds were not monotonic in the requesters). Per buffer:
+
+    * each read requester (a tile lane, a shared read) picks each of its two chunk rows out of the `banks`
+      memories' rows (`_choice_luts(banks)` a bit) and shifts the window of two rows to its words (log4 of the
+      chunk 4:1 stages a bit); a tile lane keeps its two rows in registers;
+    * each shared write shifts its words into a window of two chunks (the same stages, a bit of the window);
+    * each memory chooses the row, word enables and row address it writes among the write group's candidates:
+      one row per one-row RowWritePort, two per two-row port and per shared write (`_choice_luts`).
+
+    Returns buffer name -> figures, and 'requesters' -> buffer -> kind -> count."""
+    from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
-    requesters = group_requesters(cfg)
-
-    def build(kind, count):
-        what, words = kind
-        groups = {"tile lane": {"tiles": {"t": TileReadPort(count, words)}},
-                  "shared read": {"shared_reads": {f"r{i}": words for i in range(count)}},
-                  "row write": {"row_writes": {f"w{i}": words // chunk for i in range(count)}},
-                  "shared write": {"shared_writes": {f"w{i}": words for i in range(count)}}}[what]
-        return lambda: BankedBuffer(2 * chunk * banks, chunk=chunk, banks=banks, reads={"peek": 1}, writes={"fill": 1},
-                                    **groups)
-
-    per = {}
-    for kind in sorted({kind for kinds in requesters.values() for kind in kinds}):
-        label = f"BankedBuffer({cfg.buffer_chunk_words}-word chunks, {banks} memories) {kind[0]} of {kind[1]}"
-        one, two = synth(f"{label} x1", build(kind, 1)), synth(f"{label} x2", build(kind, 2))
-        per[f"{kind[0]} of {kind[1]}"] = {key: max(0, two.get(key, 0) - one.get(key, 0)) for key in one}
-    out = {name: {} for name in requesters}
+    stages = -(-(chunk.bit_length() - 1) // 2)
+    out, requesters = {}, group_requesters(cfg)
     for name, kinds in requesters.items():
-        for kind, count in kinds.items():
-            out[name] = _add(out[name], per[f"{kind[0]} of {kind[1]}"], count)
-    return {**out, "per requester": per, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
-                                                          for name, kinds in requesters.items()}}
+        words_of_buffer = cfg.abuf_words if name == "ABUF" else cfg.wbuf_words
+        row_bits = chunk * WORD + chunk + (-(-words_of_buffer // chunk // banks)).bit_length()
+        luts, flops, candidates = 0, 0, 0
+        for (what, words), count in kinds.items():
+            if what in ("tile lane", "shared read"):
+                luts += count * (2 * chunk * WORD * _choice_luts(banks) + words * WORD * stages)
+                flops += count * 2 * chunk * WORD if what == "tile lane" else 0     # the rows a lane keeps
+            elif what == "shared write":
+                luts += count * 2 * chunk * WORD * stages
+                candidates += 2 * count
+            else:
+                candidates += (words // chunk) * count
+        luts += banks * row_bits * _choice_luts(candidates)
+        out[name] = {"LUT": luts, "FF": flops, "DSP": 0, "BRAM36": 0, "URAM": 0}
+    return {**out, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
+                                  for name, kinds in requesters.items()}}
 
 
 def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
@@ -291,10 +302,10 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
         engines, {"LUT": tile + 16 * P + 32 * -(-ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
                   "BRAM36": 0, "URAM": 0})
     buffers = buffer_estimate(target)
-    ports = port_logic(target, synth)
+    ports = port_logic(target)
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
-        rows[f"{name} port logic (composed per requester)"] = _add({}, ports[name])
+        rows[f"{name} port logic (counted)"] = _add({}, ports[name])
     total = {}
     for name, row in rows.items():
         if not name.startswith(" "):
@@ -318,13 +329,38 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     return 0
 
 
+def check_buffers(cfg) -> int:
+    """Yosys's figures for the core's buffers at `cfg` (hw/core/buffers.Buffers with every buffer port of
+    core.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s count."""
+    from ringgpt.hw.core.buffers import Buffers
+    from ringgpt.hw.core.core import UNIT_CLASSES
+    ports = {}
+    for name, cls in UNIT_CLASSES.items():
+        unit = cls(cfg)
+        unit._MustUse__silence = True
+        ports.update({f"{name}_{port}": spec for port, spec in unit.buffer_ports.items()})
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
+        synthesised = _figures(synthesise(Buffers(cfg, ports), Path(tmp)))
+    counted = port_logic(cfg)
+    total = _add(counted["ABUF"], counted["WBUF"])
+    print(f"{cfg.name}: Yosys {synthesised} in {time.monotonic() - started:.0f} s; port_logic counts "
+          f"{ {key: total[key] for key in ('LUT', 'FF')} } (memories apart)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="report names to synthesise (default: all)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--core", action="store_true", help="the core's units at u280 against the U280 (see above)")
     parser.add_argument("--reuse", action="store_true", help="with --core: reuse the part figures of an earlier JSON")
+    parser.add_argument("--check-buffers", metavar="PRESET",
+                        help="synthesise the core's ABUF and WBUF with all their ports at PRESET and print the figures "
+                             "beside port_logic's count (sim-small: about 15 minutes)")
     args = parser.parse_args(argv)
+    if args.check_buffers:
+        return check_buffers(get_config(args.check_buffers))
     if args.core:
         return core_estimates(args.json or ROOT / "out" / "core_estimates.json", reuse=args.reuse)
     args.json = args.json or ROOT / "out" / "resource_estimates.json"

@@ -21,3 +21,18 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
         + [f"dma.{port}_to_abuf" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
     assert len(buffers["WBUF"]["write_ports"]) == 1
     assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510
+
+
+def test_port_logic_is_counted_per_requester(load_script):
+    script = load_script("resource_estimates")
+    assert [script._choice_luts(n) for n in (1, 2, 3, 4, 17, 35, 43)] == [0, 1, 1, 3, 7, 14, 18]
+    ports = script.port_logic(get_config("u280"))
+    # WBUF: the matrix unit's 17 weight and bias lanes, and a write group of the on-chip DMA's two-row port and the
+    # 33 engines' one-row ports (35 candidate rows)
+    assert ports["requesters"]["WBUF"] == {"tile lane of 64": 17, "row write of 128": 1, "row write of 64": 33}
+    # a lane: two rows picked out of 17 memories (7 LUTs a bit of 1,024) and shifted to 64 words (3 stages a bit), two
+    # kept rows of registers; each of 17 memories chooses its row (1,024 bits, 64 enables, 12 row bits) among 35
+    lane = 2 * 1024 * 7 + 64 * 16 * 3
+    assert ports["WBUF"]["LUT"] == 17 * lane + 17 * (1024 + 64 + 12) * 14
+    assert ports["WBUF"]["FF"] == 17 * 2 * 1024
+    assert ports["requesters"]["ABUF"]["row write of 64"] == 33 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
