@@ -36,7 +36,7 @@ from ringgpt.hw.arith.mac_tree import MacTree
 from ringgpt.hw.arith.max_tree import MaxTree
 from ringgpt.hw.arith.special import SpecialFunction
 from ringgpt.hw.arith.to_fp16 import ToFP16
-from ringgpt.hw.config import get_config
+from ringgpt.hw.config import PRESETS, get_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTH = "synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top top"
@@ -141,21 +141,28 @@ def unit_parts(cfg) -> dict:
     return {"matrix": (MatrixUnit, matrix), "vector": (VectorUnit, vector)}
 
 
+def core_buffer_ports(cfg) -> dict:
+    """Every buffer port of the core's units at `cfg` (hw/core/core.py's UNIT_CLASSES, built only to read their
+    `buffer_ports`): (unit name, port name) -> (space, signature)."""
+    from ringgpt.hw.core.core import UNIT_CLASSES
+    ports = {}
+    for name, cls in UNIT_CLASSES.items():
+        unit = cls(cfg)
+        unit._MustUse__silence = True
+        ports.update({(name, port): spec for port, spec in unit.buffer_ports.items()})
+    return ports
+
+
 def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
     hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; the TileReadPorts and
     SharedReadPorts of a buffer together are one read port per memory, and every other read port one of its
     own, so each is a copy of the buffer; all its RowWritePorts and SharedWritePorts together one write port per
     memory, and every other write port one of its own)."""
-    from ringgpt.hw.core.core import UNIT_CLASSES
     from ringgpt.hw.core.interfaces import (WORD, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort,
                                             WritePort)
     from ringgpt.hw.isa import Space
-    ports = {}
-    for name, cls in UNIT_CLASSES.items():
-        unit = cls(cfg)
-        unit._MustUse__silence = True
-        ports.update({f"{name}.{port}": spec for port, spec in unit.buffer_ports.items()})
+    ports = {f"{unit}.{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
     # a memory of chunk x 16-bit rows: URAM288 columns of 72 bits x 4,096 rows, or RAMB36 of 72 x 512
     columns = -(-chunk * WORD // 72)
@@ -181,22 +188,18 @@ def group_requesters(cfg) -> dict:
     """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
     {kind: count}, a kind one of ("tile lane", words), ("shared read", words), ("row write", rows x chunk words),
     ("shared write", words)."""
-    from ringgpt.hw.core.core import UNIT_CLASSES
     from ringgpt.hw.core.interfaces import RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
+    label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
     out: dict = {}
-    for name, cls in UNIT_CLASSES.items():
-        unit = cls(cfg)
-        unit._MustUse__silence = True
-        for space, sig in unit.buffer_ports.values():
-            kinds = out.setdefault(space.name, {})
-            if isinstance(sig, TileReadPort):
-                kind, count = ("tile lane", sig.words), sig.lanes
-            elif isinstance(sig, (SharedReadPort, SharedWritePort, RowWritePort)):
-                label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
-                kind, count = (label[type(sig)], sig.rows * sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
-            else:
-                continue
-            kinds[kind] = kinds.get(kind, 0) + count
+    for space, sig in core_buffer_ports(cfg).values():
+        kinds = out.setdefault(space.name, {})
+        if isinstance(sig, TileReadPort):
+            kind, count = ("tile lane", sig.words), sig.lanes
+        elif isinstance(sig, tuple(label)):
+            kind, count = (label[type(sig)], sig.rows * sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
+        else:
+            continue
+        kinds[kind] = kinds.get(kind, 0) + count
     return out
 
 
@@ -295,11 +298,11 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     # the transpose tile is P x P words of 16 flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the
     # write register P words + address + mask; the store read's choice of one of the engines' addresses (one LUT per
     # address bit and 3 engines); the step pipeline and counters about 300 more.
-    P, ports = target.vector_width, target.hbm_channels + 1
+    P, axi_ports = target.vector_width, target.hbm_channels + 1
     tile = 16 * P * P
-    engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)), ports)
+    engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)), axi_ports)
     rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
-        engines, {"LUT": tile + 16 * P + 32 * -(-ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
+        engines, {"LUT": tile + 16 * P + 32 * -(-axi_ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
                   "BRAM36": 0, "URAM": 0})
     buffers = buffer_estimate(target)
     ports = port_logic(target)
@@ -333,12 +336,7 @@ def check_buffers(cfg) -> int:
     """Yosys's figures for the core's buffers at `cfg` (hw/core/buffers.Buffers with every buffer port of
     core.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s count."""
     from ringgpt.hw.core.buffers import Buffers
-    from ringgpt.hw.core.core import UNIT_CLASSES
-    ports = {}
-    for name, cls in UNIT_CLASSES.items():
-        unit = cls(cfg)
-        unit._MustUse__silence = True
-        ports.update({f"{name}_{port}": spec for port, spec in unit.buffer_ports.items()})
+    ports = {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}   # core.py's names
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
         synthesised = _figures(synthesise(Buffers(cfg, ports), Path(tmp)))
@@ -355,7 +353,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--core", action="store_true", help="the core's units at u280 against the U280 (see above)")
     parser.add_argument("--reuse", action="store_true", help="with --core: reuse the part figures of an earlier JSON")
-    parser.add_argument("--check-buffers", metavar="PRESET",
+    parser.add_argument("--check-buffers", metavar="PRESET", choices=sorted(PRESETS),
                         help="synthesise the core's ABUF and WBUF with all their ports at PRESET and print the figures "
                              "beside port_logic's count (sim-small: about 15 minutes)")
     args = parser.parse_args(argv)
