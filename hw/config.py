@@ -152,6 +152,13 @@ class ArchConfig:
         return max(self.mac_width, self.vector_width, _pow2_at_least(self.hbm_port_bits // 16))
 
     @property
+    def weight_align(self) -> int:
+        """Words on whose multiples a MATMUL's or MASKED_QK's weights in WBUF (src2) start, and of which their
+        column stride (src2_stride) is a multiple: mac_width, so each lane's weight tile is one memory row of
+        WBUF (hw/core/buffers.py, an aligned TileReadPort lane); the compiler pads WBUF columns to it."""
+        return self.mac_width
+
+    @property
     def buffer_banks(self) -> int:
         """Memories of each on-chip buffer, chunk c in memory c mod buffer_banks: the smallest prime above
         mpu_lanes, so the matrix unit's lanes read weight rows at most strides from distinct memories

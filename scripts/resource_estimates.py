@@ -13,8 +13,9 @@ minutes), each part synthesised at its u280 width and counted as many times as t
 plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
 counted, not synthesised (`buffer_estimate`): each read port outside a group that shares one port per memory
 is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
-URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is counted per requester of the shared groups
-(`port_logic`).
+URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is composed per requester of the shared groups
+from the buffers' own selects and shifts, each synthesised on its own at u280 width (`port_parts`, `port_logic`).
+`--check-buffers PRESET` synthesises a preset's whole buffers beside that composition.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ import time
 from pathlib import Path
 
 from amaranth.back import rtlil
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.fp16_mul import FP16Multiplier
@@ -186,15 +190,18 @@ def buffer_estimate(cfg) -> dict:
 
 def group_requesters(cfg) -> dict:
     """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
-    {kind: count}, a kind one of ("tile lane", words), ("shared read", words), ("row write", rows x chunk words),
-    ("shared write", words)."""
+    {kind: count}, a kind one of ("tile lane", words), ("aligned tile lane", words), ("shared read", words),
+    ("row write", rows x chunk words), ("shared write", words)."""
     from ringgpt.hw.core.interfaces import RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
     label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
     out: dict = {}
     for space, sig in core_buffer_ports(cfg).values():
         kinds = out.setdefault(space.name, {})
         if isinstance(sig, TileReadPort):
-            kind, count = ("tile lane", sig.words), sig.lanes
+            aligned = sum(sig.aligned)
+            if aligned:
+                kinds[("aligned tile lane", sig.words)] = kinds.get(("aligned tile lane", sig.words), 0) + aligned
+            kind, count = ("tile lane", sig.words), sig.lanes - aligned
         elif isinstance(sig, tuple(label)):
             kind, count = (label[type(sig)], sig.rows * sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
         else:
@@ -203,49 +210,106 @@ def group_requesters(cfg) -> dict:
     return out
 
 
-def _choice_luts(candidates: int) -> int:
-    """LUT6s that choose one of `candidates` one-hot inputs for one bit: three (select, data) pairs a LUT, then an
-    OR of those six at a time."""
-    if candidates <= 1:
-        return 0
-    first = -(-candidates // 3)
-    return first + (-(-first // 6) if first > 1 else 0)
+class _Registered(wiring.Component):
+    """`logic` of inputs of the given widths, registered, so Yosys keeps exactly that logic (a part of the
+    buffers' port logic measured on its own)."""
+
+    def __init__(self, widths: dict, logic, out: int):
+        self._logic = logic
+        super().__init__({**{name: In(width) for name, width in widths.items()}, "out": Out(out)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.out.eq(self._logic(self))
+        return m
 
 
-def port_logic(cfg) -> dict:
-    """The buffers' port logic at `cfg` (hw/core/buffers.py, BankedBuffer's shared groups), counted: Yosys cannot
-    take a u280 buffer with its groups in useful time (two one-row writers alone are 3 minutes, and differences of
-    such builds were not monotonic in the requesters). Per buffer:
+SELECT_BITS = 64
+"""Width at which a select is measured (its LUTs grow with the bits: one mux tree a bit)."""
 
-    * each read requester (a tile lane, a shared read) picks each of its two chunk rows out of the `banks`
-      memories' rows (`_choice_luts(banks)` a bit) and shifts the window of two rows to its words (log4 of the
-      chunk 4:1 stages a bit); a tile lane keeps its two rows in registers;
-    * each shared write shifts its words into a window of two chunks (the same stages, a bit of the window);
-    * each memory chooses the row, word enables and row address it writes among the write group's candidates:
-      one row per one-row RowWritePort, two per two-row port and per shared write (`_choice_luts`).
+
+def port_parts(cfg) -> dict:
+    """The parts of the buffers' port logic at `cfg`, as hw/core/buffers.py writes them, to be measured on their own:
+    part name -> constructor. `select(n)`: buffers.select among n values of SELECT_BITS bits (a memory's row for
+    a read requester, a memory's write among its candidates); `read shift(chunk, words)`: buffers.words_at, a read's
+    words out of its two chunk rows; `write shift(chunk, words)`: buffers.placed, a shared write's words into two chunks."""
+    from ringgpt.hw.core.buffers import placed, select, words_at
+    from ringgpt.hw.core.interfaces import WORD
+    chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
+    offset = range(chunk)
+    counts = {banks, *(_candidates(kinds, chunk) for kinds in group_requesters(cfg).values()),
+              *(chunk // w for kinds in group_requesters(cfg).values() for (what, w) in kinds if what == "aligned tile lane")}
+    words = {w for kinds in group_requesters(cfg).values() for (_, w) in kinds}
+    parts = {f"select({n})": lambda n=n: _Registered(
+        {"index": range(n), "values": n * SELECT_BITS},
+        lambda c, n=n: select(c.index, [c.values[i * SELECT_BITS:(i + 1) * SELECT_BITS] for i in range(n)]),
+        SELECT_BITS) for n in sorted(counts) if n > 1}
+    for w in sorted(w for w in words if w <= chunk):
+        parts[f"read shift({chunk}, {w})"] = lambda w=w: _Registered({"window": 2 * chunk * WORD, "offset": offset},
+                                                            lambda c, w=w: words_at(c.window, c.offset, w), w * WORD)
+        parts[f"write shift({chunk}, {w})"] = lambda w=w: _Registered({"data": w * WORD, "offset": offset},
+                                                             lambda c: placed(c.data, c.offset), 2 * chunk * WORD)
+    return parts
+
+
+def _candidates(kinds: dict, chunk: int) -> int:
+    """Rows each memory of a buffer chooses its write among (hw/core/buffers.py, `_writes`): one per chunk of a
+    RowWritePort, two per SharedWritePort (`kinds`: a buffer's group_requesters)."""
+    return sum(2 * count if what == "shared write" else words // chunk * count
+               for (what, words), count in kinds.items() if what in ("shared write", "row write"))
+
+
+def port_logic(cfg, measure) -> dict:
+    """The buffers' port logic at `cfg` (hw/core/buffers.py, BankedBuffer's shared groups), composed from its parts
+    (`port_parts`, each measured by `measure(name, constructor)` -> figures, Yosys in --core): Yosys cannot take a
+    u280 buffer with its groups in useful time (two one-row writers alone are 3 minutes). Per buffer:
+
+    * each read requester (a tile lane, a shared read) selects each of its two chunk rows among the `banks`
+      memories' rows (`select(banks)` a bit) and takes its words out of them (`read shift`); a tile lane keeps
+      its two rows in registers, behind a 2:1 choice (one LUT a bit) between the row arriving and the row kept;
+      an aligned tile lane (the matrix unit's WBUF weights) one row, its words one of the row's chunk // words
+      slots (`select(chunk // words)`, none at u280), no shift;
+    * each shared write moves its words into a window of two chunks (`write shift`);
+    * each memory selects the row, word enables and row address it writes among the write group's candidates
+      (`select(candidates)` a bit): one row per chunk of a RowWritePort, two per shared write.
 
     Returns buffer name -> figures, and 'requesters' -> buffer -> kind -> count."""
     from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
-    stages = -(-(chunk.bit_length() - 1) // 2)
+    parts = port_parts(cfg)
+
+    def luts(name: str) -> float:
+        return measure(name, parts[name])["LUT"]
+
+    def select_bit(n: int) -> float:
+        return luts(f"select({n})") / SELECT_BITS if n > 1 else 0.0
+
     out, requesters = {}, group_requesters(cfg)
     for name, kinds in requesters.items():
         words_of_buffer = cfg.abuf_words if name == "ABUF" else cfg.wbuf_words
         row_bits = chunk * WORD + chunk + (-(-words_of_buffer // chunk // banks)).bit_length()
-        luts, flops, candidates = 0, 0, 0
+        lut, flops = 0.0, 0
         for (what, words), count in kinds.items():
-            if what in ("tile lane", "shared read"):
-                luts += count * (2 * chunk * WORD * _choice_luts(banks) + words * WORD * stages)
-                flops += count * 2 * chunk * WORD if what == "tile lane" else 0     # the rows a lane keeps
+            if what == "tile lane":
+                lut += count * (2 * chunk * WORD * (select_bit(banks) + 1) + luts(f"read shift({chunk}, {words})"))
+                flops += count * 2 * chunk * WORD
+            elif what == "aligned tile lane":     # one row, its words one of chunk // words slots
+                lut += count * (chunk * WORD * (select_bit(banks) + 1) + words * WORD * select_bit(chunk // words))
+                flops += count * chunk * WORD
+            elif what == "shared read":
+                lut += count * (2 * chunk * WORD * select_bit(banks) + luts(f"read shift({chunk}, {words})"))
             elif what == "shared write":
-                luts += count * 2 * chunk * WORD * stages
-                candidates += 2 * count
-            else:
-                candidates += (words // chunk) * count
-        luts += banks * row_bits * _choice_luts(candidates)
-        out[name] = {"LUT": luts, "FF": flops, "DSP": 0, "BRAM36": 0, "URAM": 0}
+                lut += count * luts(f"write shift({chunk}, {words})")
+        lut += banks * row_bits * select_bit(_candidates(kinds, chunk))
+        out[name] = {"LUT": round(lut), "FF": flops, "DSP": 0, "BRAM36": 0, "URAM": 0}
     return {**out, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
                                   for name, kinds in requesters.items()}}
+
+
+def measured(name: str, build) -> dict:
+    """Yosys's figures for one part (uncached)."""
+    with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
+        return _figures(synthesise(build(), Path(tmp)))
 
 
 def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
@@ -305,10 +369,10 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
         engines, {"LUT": tile + 16 * P + 32 * -(-axi_ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
                   "BRAM36": 0, "URAM": 0})
     buffers = buffer_estimate(target)
-    ports = port_logic(target)
+    ports = port_logic(target, synth)
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
-        rows[f"{name} port logic (counted)"] = _add({}, ports[name])
+        rows[f"{name} port logic (composed)"] = _add({}, ports[name])
     total = {}
     for name, row in rows.items():
         if not name.startswith(" "):
@@ -334,15 +398,15 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
 
 def check_buffers(cfg) -> int:
     """Yosys's figures for the core's buffers at `cfg` (hw/core/buffers.Buffers with every buffer port of
-    core.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s count."""
+    core.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s composition."""
     from ringgpt.hw.core.buffers import Buffers
     ports = {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}   # core.py's names
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
         synthesised = _figures(synthesise(Buffers(cfg, ports), Path(tmp)))
-    counted = port_logic(cfg)
-    total = _add(counted["ABUF"], counted["WBUF"])
-    print(f"{cfg.name}: Yosys {synthesised} in {time.monotonic() - started:.0f} s; port_logic counts "
+    composed = port_logic(cfg, measured)
+    total = _add(composed["ABUF"], composed["WBUF"])
+    print(f"{cfg.name}: Yosys {synthesised} in {time.monotonic() - started:.0f} s; port_logic composes "
           f"{ {key: total[key] for key in ('LUT', 'FF')} } (memories apart)")
     return 0
 
@@ -355,7 +419,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reuse", action="store_true", help="with --core: reuse the part figures of an earlier JSON")
     parser.add_argument("--check-buffers", metavar="PRESET", choices=sorted(PRESETS),
                         help="synthesise the core's ABUF and WBUF with all their ports at PRESET and print the figures "
-                             "beside port_logic's count (sim-small: about 15 minutes)")
+                             "beside port_logic's composition (sim-small: about 15 minutes)")
     args = parser.parse_args(argv)
     if args.check_buffers:
         return check_buffers(get_config(args.check_buffers))

@@ -118,6 +118,34 @@ def test_segments_lie_in_weight_regions_and_hold_transposed_weights(tiny):
     np.testing.assert_array_equal(data[piece.cols * piece.k:], block.mlp.c_proj.bias.detach().half().numpy()[cols])
 
 
+@pytest.mark.parametrize("cards", [1, 2])
+def test_weight_columns_are_padded_to_tile_boundaries(cards):
+    """n_embd = 48 at u280 (weight_align 64): every weight column of k = 48 in HBM and WBUF is 64 words apart (48
+    words, 16 zeros), and so are wte's rows (the tied LM head's columns, GATHER's table), so that every MATMUL's WBUF weights
+    start and step on 64-word boundaries (hw/resolved.misaligned_weights); the run's logits are within LOGITS_BOUND
+    of the FP32 reference."""
+    from ringgpt.host.runtime import LOGITS_BOUND, relative_rms
+    from ringgpt.hw.resolved import misaligned_weights, resolve_run, with_gather_slices
+    model = load_model("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", seed=3)
+    cfg = get_config("u280", cards)
+    image = compile_model(model, cfg, max_context=16)
+    runs = with_gather_slices([resolve_run(card.program.instructions, c, 2, 3) for c, card in enumerate(image.cards)])
+    matmuls = [r for run in runs for r in run if r is not None and r.op is Opcode.MATMUL and r.src2[0] is Space.WBUF]
+    assert {r.src2_stride for r in matmuls} == {64, 192}      # k = 48 padded; fc2's k = n_inner = 192
+    assert not [r for run in runs for r in run if r is not None and misaligned_weights(r, cfg.weight_align)]
+    gather = next(r for r in runs[0] if r is not None and r.op is Opcode.GATHER)
+    assert gather.src1_stride == 64
+    wte = dict(image.cards[0].hbm_segments)[gather.src1[1]].reshape(64, 64)
+    np.testing.assert_array_equal(wte[:, :48], model.transformer.wte.weight.detach().half().numpy())
+    assert not wte[:, 48:].any()
+    prompt = [5, 17, 42, 9]
+    appliance = Appliance(SimulatorDevice(cfg), image)
+    appliance.prefill(prompt)
+    with torch.no_grad():
+        want = model(torch.tensor([prompt])).logits[0, -1].numpy()
+    assert relative_rms(appliance.logits(), want) <= LOGITS_BOUND
+
+
 def test_q_weights_carry_the_attention_scale(tiny):
     """1/sqrt(64) = 1/8 is folded into the Q columns (a power of two: exact but where it reaches FP16
     subnormals); K and V are unscaled."""

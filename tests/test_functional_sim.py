@@ -11,7 +11,7 @@ from ringgpt.host.image import ApplianceImage, CardImage, ImageError
 from ringgpt.hw import numerics as nm
 from ringgpt.hw.config import ConfigMismatchError, get_config
 from ringgpt.hw.isa import Opcode, Program, Space, assemble
-from ringgpt.sim.functional import (AddressFault, CollectiveMismatchError, HostAccessError, IllegalInstructionFault,
+from ringgpt.sim.functional import (AddressFault, AlignmentFault, CollectiveMismatchError, HostAccessError, IllegalInstructionFault,
                                     NotLoadedError, RingDeadlockError, SimulatorDevice, StepLimitError)
 
 CFG = get_config("sim-small")  # mac_width 8, vector_width 8
@@ -114,12 +114,13 @@ def test_matmul_equals_numerics(rng, k, n, gelu, bias_space):
     rows = 3
     x, w_cols, bias = rand16(rng, rows, k), rand16(rng, n, k, scale=0.5), rand16(rng, n)
     aux = {None: "", "ABUF": "aux=ABUF[3000]", "WBUF": "aux=WBUF[5000]"}[bias_space]
+    stride = -(-(k + 1) // CFG.weight_align) * CFG.weight_align      # WBUF weights on tile boundaries
     device = device_for(f"""
-        MATMUL dst=ABUF[2000+r1] src1=ABUF[10] src2=WBUF[100] {aux} rows=r2 n={n} k={k} dst_stride=20
-               src1_stride={k + 3} src2_stride={k + 1} {'+gelu' if gelu else ''}
+        MATMUL dst=ABUF[2000+r1] src1=ABUF[10] src2=WBUF[96] {aux} rows=r2 n={n} k={k} dst_stride=20
+               src1_stride={k + 3} src2_stride={stride} {'+gelu' if gelu else ''}
         HALT""".replace("\n               ", " "))
     put(device, Space.ABUF, 10, x, k + 3)
-    put(device, Space.WBUF, 100, w_cols, k + 1)
+    put(device, Space.WBUF, 96, w_cols, stride)
     put(device, Space.ABUF if bias_space == "ABUF" else Space.WBUF, 3000 if bias_space == "ABUF" else 5000, bias)
     device.run(pos=7, rows=rows)
     want = nm.matmul(x, w_cols.T, CFG.mac_width, bias if bias_space else None, gelu)
@@ -511,6 +512,23 @@ def test_timing_only_run_models_the_same_schedule_without_data(rng):
     assert full.last_report.summary() == timing.last_report.summary()
     assert np.any(full.read_host(0, 100, 72) != 0)
     assert not np.any(timing.memory(0, Space.ABUF)) and not np.any(timing.memory(0, Space.HBM))
+
+
+@pytest.mark.parametrize("compute", [True, False])
+@pytest.mark.parametrize("src2, stride", [("WBUF[100]", 16), ("WBUF[96+r3]", 16), ("WBUF[96]", 12)])
+def test_weights_in_wbuf_off_tile_boundaries_fault(compute, src2, stride):
+    """The matrix unit's alignment rule (hw/resolved.misaligned_weights; the RTL's ErrorCode.MISALIGNED): WBUF
+    weights start on, and step by, multiples of weight_align words (8 at sim-small), in full and timing-only
+    runs; the same weights in ABUF, or aligned in WBUF, run."""
+    def program(src2, stride):
+        return (f"SETI rd=r3 imm=2\nMATMUL dst=ABUF[0] src1=ABUF[64] src2={src2} rows=1 n=2 k=8 dst_stride=2 src1_stride=8 "
+                f"src2_stride={stride}\nHALT")
+    device = device_for(program(src2, stride), compute=compute)
+    with pytest.raises(AlignmentFault, match=r"not on 8-word boundaries") as info:
+        device.run(0, 1)
+    assert (info.value.card, info.value.pc) == (0, 1)
+    device_for(program(src2.replace("WBUF", "ABUF"), stride), compute=compute).run(0, 1)
+    device_for(program("WBUF[96+r3]", 16).replace("imm=2", "imm=8"), compute=compute).run(0, 1)
 
 
 def test_timing_only_run_still_checks_addresses():

@@ -23,16 +23,43 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510
 
 
-def test_port_logic_is_counted_per_requester(load_script):
+def test_port_logic_is_composed_of_its_measured_parts(load_script):
     script = load_script("resource_estimates")
-    assert [script._choice_luts(n) for n in (1, 2, 3, 4, 17, 35, 43)] == [0, 1, 1, 3, 7, 14, 18]
-    ports = script.port_logic(get_config("u280"))
-    # WBUF: the matrix unit's 17 weight and bias lanes, and a write group of the on-chip DMA's two-row port and the
-    # 33 engines' one-row ports (35 candidate rows)
-    assert ports["requesters"]["WBUF"] == {"tile lane of 64": 17, "row write of 128": 1, "row write of 64": 33}
-    # a lane: two rows picked out of 17 memories (7 LUTs a bit of 1,024) and shifted to 64 words (3 stages a bit), two
-    # kept rows of registers; each of 17 memories chooses its row (1,024 bits, 64 enables, 12 row bits) among 35
-    lane = 2 * 1024 * 7 + 64 * 16 * 3
-    assert ports["WBUF"]["LUT"] == 17 * lane + 17 * (1024 + 64 + 12) * 14
-    assert ports["WBUF"]["FF"] == 17 * 2 * 1024
+    cfg = get_config("u280")
+    # each part's LUTs stand in for Yosys's: select(n) n LUTs a bit (of SELECT_BITS), a read shift 1,000, a write
+    # shift 3,000
+    asked = []
+
+    def measure(name, build):
+        asked.append(name)
+        if name.startswith("select("):
+            return {"LUT": int(name[7:-1]) * script.SELECT_BITS}
+        return {"LUT": 1000 if name.startswith("read shift") else 3000}
+
+    ports = script.port_logic(cfg, measure)
+    # WBUF: the matrix unit's 16 aligned weight lanes and its bias lane, and a write group of the on-chip DMA's
+    # two-row port and the 33 engines' one-row ports (35 candidate rows)
+    assert ports["requesters"]["WBUF"] == {"aligned tile lane of 64": 16, "tile lane of 64": 1, "row write of 128": 1,
+                                           "row write of 64": 33}
+    # a lane: each of its two 1,024-bit rows selected among 17 memories and behind a 2:1 choice with the kept row,
+    # its words shifted out; an aligned lane: one row, no shift (its 64 words are the row); each of 17 memories
+    # selects its row (1,024 bits, 64 enables, 12 row bits) among 35
+    lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
+    assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 35
+    assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 1024
+    # ABUF: 21 tile lanes, 3 shared reads (their 2,048-bit pairs of rows), 4 shared writes (8 candidates) and 34
+    # row writers (35 candidates) to choose among
     assert ports["requesters"]["ABUF"]["row write of 64"] == 33 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
+    assert ports["ABUF"]["LUT"] == 21 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 + 17 * (1024 + 64 + 11) * 43
+    assert {"select(17)", "select(35)", "select(43)", "read shift(64, 64)", "write shift(64, 16)"} <= set(asked)
+
+
+def test_port_parts_are_the_buffers_own_logic(load_script):
+    """The measured parts elaborate (to RTLIL, as Yosys reads them) from hw/core/buffers.py's select, words_at and
+    placed."""
+    from amaranth.back import rtlil
+    script = load_script("resource_estimates")
+    parts = script.port_parts(get_config("sim-small"))
+    assert {"select(5)", "read shift(8, 8)", "write shift(8, 1)"} <= set(parts)
+    for name in ("select(5)", "read shift(8, 8)", "write shift(8, 1)"):
+        assert "module" in rtlil.convert(parts[name](), name="top")

@@ -112,18 +112,22 @@ async def _fill(ctx, port, model, chunk: int) -> int:
     return len(model) // chunk
 
 
-def test_tile_port_reads_every_lane_in_the_counted_cycles():
-    """A TileReadPort of 4 lanes x 8 words over 5 banks: lane addresses a stride apart (0, one chunk, a
-    multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables and
-    `single` lanes (one word wanted), one lane 3 words wide; the request is held until `ready`, the cycles it
-    took equal tile_read_cycles (a single lane reading 1 word), and every enabled lane's wanted words arrive the
-    cycle after and stay while the addresses are held with no lane enabled; a lane that keeps its last address
-    and `single`, not enabled, gives its words again (read by neither the request nor its cycles). Fails if a part were served from the wrong row or bank, the second chunk
-    skipped, `single` ignored, or `ready` raised early (each was checked by breaking it)."""
+@pytest.mark.parametrize("lane_words, aligned", [(8, (False,) * 4), (8, (True, True, False, False)),
+                                                 (4, (True, True, True, False))])
+def test_tile_port_reads_every_lane_in_the_counted_cycles(lane_words, aligned):
+    """A TileReadPort of 4 lanes x `lane_words` words over 5 banks of 8-word chunks: lane addresses a stride apart
+    (0, one chunk, a multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables
+    and `single` lanes (one word wanted), one lane 3 words wide; `aligned` lanes' addresses rounded down to a
+    multiple of lane_words (a 4-word aligned lane is either half of its chunk); the request is held until `ready`,
+    the cycles it took equal tile_read_cycles (a single lane reading 1 word), and every enabled lane's wanted words
+    arrive the cycle after and stay while the addresses are held with no lane enabled; a lane that keeps its last
+    address and `single`, not enabled, gives its words again (read by neither the request nor its cycles). Fails
+    if a part were served from the wrong row or bank, the second chunk skipped, `single` ignored, `ready` raised
+    early, or an aligned lane given the wrong half of its row (each was checked by breaking it)."""
     words, chunk, banks, lanes = 512, 8, 5, 4
-    widths = np.array([chunk, chunk, chunk, 3])       # the last lane needs 3 words (as a bias lane needs lanes)
+    widths = np.array([lane_words, lane_words, lane_words, 3])   # the last lane needs 3 words (as a bias lane)
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk},
-                       tiles={"tile": TileReadPort(lanes, chunk, tuple(int(w) for w in widths))})
+                       tiles={"tile": TileReadPort(lanes, lane_words, tuple(int(w) for w in widths), aligned)})
     rng = np.random.default_rng(7)
     model = rng.integers(0, 1 << 16, words)
     wrong, counted = [], []
@@ -136,6 +140,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles():
             stride = [0, chunk, banks * chunk, int(rng.integers(1, 3 * chunk))][kind]
             base = int(rng.integers(0, words - chunk - (lanes - 1) * stride))
             starts = base + stride * np.arange(lanes)
+        starts = np.where(aligned, starts // lane_words * lane_words, starts)
         return starts, rng.random(lanes) < 0.85, rng.random(lanes) < 0.25
 
     async def testbench(ctx):

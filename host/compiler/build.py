@@ -10,7 +10,8 @@ import numpy as np
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, Stat, align_up, card_shapes,
-                                          choose_abuf_plans, chunk_count, gathered_spans, piece_spans)
+                                          choose_abuf_plans, chunk_count, gathered_spans, piece_spans,
+                                          weight_slot_words, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -44,12 +45,13 @@ that splits their columns and the model dimension of their input."""
 
 @dataclass(frozen=True)
 class Piece:
-    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major)
-    at HBM word `hbm`, then `cols` bias words when `bias`. `origin` = (layer, slice index, first local
-    column); the LM head is slice 0 of layer n_layer."""
+    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major,
+    `stride` words apart: layout.weight_stride) at HBM word `hbm`, then `cols` bias words when `bias`. `origin` =
+    (layer, slice index, first local column); the LM head is slice 0 of layer n_layer."""
     hbm: int
     cols: int
     k: int
+    stride: int
     bias: bool
     origin: tuple
 
@@ -57,7 +59,7 @@ class Piece:
 
     @property
     def words(self) -> int:
-        return self.cols * (self.k + self.bias)
+        return self.cols * (self.stride + self.bias)
 
     @property
     def name(self) -> str:
@@ -67,20 +69,20 @@ class Piece:
         return f"{what} weights @{col}"
 
 
-def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, bias: bool, origin: tuple, slot_words: int,
+def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, stride: int, bias: bool, origin: tuple, slot_words: int,
                align: int, hbm_region: str = "layer weights", spans: tuple | None = None, piece_align: int = 1) -> int:
-    """Cuts one weight slice (`ncols` columns of k words, + bias, from HBM word hbm_at) into pieces that fit a
+    """Cuts one weight slice (`ncols` columns of k words `stride` apart, + bias, from HBM word hbm_at) into pieces that fit a
     weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces` and
     returns the HBM word after the slice. Each piece starts at a multiple of `piece_align` words (the pieces
     of a slice are consecutive, with at most piece_align - 1 words between them). A load never holds two
     slices, so its slot frees as soon as the slice's matrix work is done, whatever the next slice waits for."""
-    column_words = k + bias
+    column_words = stride + bias
     layer, index, col = origin
     at = hbm_at
     for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
         if b > a:
             at = align_up(at, piece_align)
-            pieces.append(Piece(at, b - a, k, bias, (layer, index, col + a), hbm_region))
+            pieces.append(Piece(at, b - a, k, stride, bias, (layer, index, col + a), hbm_region))
             at += (b - a) * column_words
     return at
 
@@ -150,7 +152,8 @@ class CardBuilder:
         # agree modulo the chunk lets the DMA engines write whole buffer rows (hw/core/dma.py, PortEngine._rows)
         chunk = max(ctx.config.hbm_port_bits // 16, ctx.config.buffer_chunk_words)
         m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, chunk)
-        self.wte = m.alloc("wte", dims.vocab_size * d, "weights")
+        self.d_stride = weight_stride(d, ctx.config.weight_align)    # wte's rows: the tied LM head's columns
+        self.wte = m.alloc("wte", dims.vocab_size * self.d_stride, "weights")
         self.wpe = m.alloc("wpe", tmax * d, "weights")
         self.ln = m.alloc("layernorm", dims.n_layer * 4 * d + 2 * d, "weights")
         self.pieces = []
@@ -159,13 +162,15 @@ class CardBuilder:
         gathered = {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()}
         for layer in range(dims.n_layer):
             for index in range(len(LAYER_SLICES)):
-                at = pack_slice(self.pieces, at, len(self.columns[index]), self.inputs[index], True,
+                k = self.inputs[index]
+                at = pack_slice(self.pieces, at, len(self.columns[index]), k, weight_stride(k, ctx.config.weight_align), True,
                                 (layer, index, 0), slot_words, align, spans=gathered.get(index), piece_align=chunk)
         self.stream_words = at - self.stream_start
         m.alloc("layer weights", self.stream_words, "weights")
         vocab = self.v1 - self.v0
-        self.lm_head = self.wte + self.v0 * d if ctx.tied else m.alloc("lm_head", vocab * d, "weights")
-        pack_slice(self.pieces, self.lm_head, vocab, d, False, (dims.n_layer, 0, 0), slot_words, align,
+        self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.alloc("lm_head", vocab * self.d_stride,
+                                                                                   "weights")
+        pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), slot_words, align,
                    "wte" if ctx.tied else "lm_head")
         self.kv = [m.alloc(f"KV cache L{layer}", tmax * 2 * self.kv_width, "kv") if self.local_heads else None
                    for layer in range(dims.n_layer)]
@@ -187,19 +192,25 @@ class CardBuilder:
                 continue
             weight, bias = tensors[index]
             cols = self.columns[index][col:col + piece.cols]
-            start = piece.hbm - self.stream_start
-            self.stream_data[start:start + piece.cols * piece.k] = weight[:, cols].T.ravel()
-            self.stream_data[start + piece.cols * piece.k:start + piece.words] = bias[cols]
+            start, end = piece.hbm - self.stream_start, piece.hbm - self.stream_start + piece.cols * piece.stride
+            self.stream_data[start:end].reshape(piece.cols, piece.stride)[:, :piece.k] = weight[:, cols].T
+            self.stream_data[end:start + piece.words] = bias[cols]
 
     def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head: np.ndarray | None) -> list:
         """(word address, FP16 array) pairs: the card's HBM contents at load."""
         d = self.ctx.dims.n_embd
         self.ln_data[self.ctx.dims.n_layer * 4 * d:] = ln_f
-        segments = [(self.wte, wte.ravel()), (self.wpe, wpe[:self.ctx.max_context].ravel()),
+        segments = [(self.wte, self._rows(wte)), (self.wpe, wpe[:self.ctx.max_context].ravel()),
                     (self.ln, self.ln_data), (self.stream_start, self.stream_data)]
         if lm_head is not None:
-            segments.append((self.lm_head, lm_head[self.v0:self.v1].ravel()))
+            segments.append((self.lm_head, self._rows(lm_head[self.v0:self.v1])))
         return [(addr, arr) for addr, arr in segments if arr.size]
+
+    def _rows(self, table: np.ndarray) -> np.ndarray:
+        """An embedding table's rows (vocab x d) as HBM holds them: d_stride words apart, zero between."""
+        out = np.zeros((table.shape[0], self.d_stride), np.float16)
+        out[:, :table.shape[1]] = table
+        return out.ravel()
 
     # --- the program ----------------------------------------------------------------------------
     def program(self) -> list:
@@ -212,7 +223,7 @@ class CardBuilder:
         self._registers()
         # Embedding: token rows gathered by id, plus the position rows from pos on.
         a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
-          dst_stride=d, src1_stride=d, writes="token rows", reads=("wte", "ids"))
+          dst_stride=d, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
         a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=d,
           src1_stride=d, writes="position rows", reads="wpe")
         self._load_ln_params(0)
@@ -366,9 +377,9 @@ class CardBuilder:
                 gelu: bool) -> None:
         """dst (value `name`) = src @ the next weight piece (+ bias, GELU)."""
         piece, address = self.stream.take()
-        bias = {"aux": wbuf(address + piece.cols * piece.k)} if piece.bias else {}
+        bias = {"aux": wbuf(address + piece.cols * piece.stride)} if piece.bias else {}
         self.asm(Opcode.MATMUL, dst=abuf(dst), src1=abuf(src), src2=wbuf(address), **bias, rows=rows, n=piece.cols,
-                 k=piece.k, dst_stride=dst_stride, src1_stride=src_stride, src2_stride=piece.k,
+                 k=piece.k, dst_stride=dst_stride, src1_stride=src_stride, src2_stride=piece.stride,
                  flags={"gelu": int(gelu)}, writes=name,
                  reads=(src_name, piece.name) + ((piece.name,) if piece.bias else ()))
         self.stream.fill()
@@ -558,7 +569,7 @@ class Context:
             return {}
         pieces = {}
         for name, (spans, inputs) in GATHERED_SLICES.items():
-            column_words = getattr(self.dims, inputs) + 1  # weights and bias
+            column_words = weight_stride(getattr(self.dims, inputs), self.config.weight_align) + 1   # and its bias
             pieces[LAYER_SLICES.index(name)] = gathered_spans(getattr(self.partition, spans), column_words,
                                                               self.slot_words, self.config.mpu_lanes)
         return pieces
@@ -580,12 +591,13 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         if value is not None and value < 1:
             raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    shapes = card_shapes(part, dims.n_embd, config.wbuf_words // wbuf_slots, config.mpu_lanes)
+    slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align)
+    shapes = card_shapes(part, weight_stride(dims.n_embd, config.weight_align) + 1, slot_words, config.mpu_lanes)
     plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
                               kv_group, max_rows)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.hbm_port_bits // 16)
-    ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, config.wbuf_words // wbuf_slots,
+    ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, slot_words,
                   lm_head_tied(model), 0, logits_offset)
     builders = [CardBuilder(ctx, card) for card in range(config.cards)]
     weights = has_weights(model)

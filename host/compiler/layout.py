@@ -33,6 +33,19 @@ def align_up(value: int, align: int) -> int:
     return -(-value // align) * align
 
 
+def weight_stride(k: int, align: int) -> int:
+    """Words from one weight column (k words) to the next, in HBM and in the weight buffer: k rounded up to `align`
+    (ArchConfig.weight_align: the matrix unit reads each lane's weight tile from one WBUF row, hw/resolved.py's
+    misaligned_weights); the words between are zero."""
+    return align_up(k, align)
+
+
+def weight_slot_words(wbuf_words: int, slots: int, align: int) -> int:
+    """Words of one of the weight buffer's `slots` slots: an equal share, rounded down to `align` so that every
+    slot starts on a weight tile boundary."""
+    return wbuf_words // slots // align * align
+
+
 @dataclass(frozen=True)
 class Region:
     name: str
@@ -150,12 +163,12 @@ def gathered_spans(spans: tuple, column_words: int, slot_words: int, align: int)
             return pieces
 
 
-def card_shapes(part, n_embd: int, slot_words: int, align: int) -> list:
+def card_shapes(part, fc_column_words: int, slot_words: int, align: int) -> list:
     """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill slots of slot_words
-    in whole `align` column groups."""
+    in whole `align` column groups (`fc_column_words`: an fc weight column's words with its bias)."""
     staged = [0] * part.cards
     if part.cards > 1:
-        pieces = gathered_spans(part.ffn, n_embd + 1, slot_words, align)
+        pieces = gathered_spans(part.ffn, fc_column_words, slot_words, align)
         staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 

@@ -36,7 +36,7 @@ dropped.
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 
@@ -52,6 +52,27 @@ ADDRESS = 33
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
+
+
+def select(index, values: list) -> Value:
+    """values[index], each zero-extended to the widest: one binary-indexed mux tree a bit (`word_select`), about
+    a third of the LUTs of a chain of compares (Yosys `synth_xilinx`, 17 values: 6 LUTs a bit against 17;
+    scripts/resource_estimates.py measures it, `select_luts`)."""
+    values = [Value.cast(v) for v in values]
+    if len(values) == 1:
+        return values[0]
+    width = max(len(v) for v in values)
+    return Cat(*(Cat(v, Const(0, width - len(v))) for v in values)).word_select(index, width)
+
+
+def words_at(window, offset, words: int) -> Value:
+    """The `words` FP16 words of `window` from word `offset` on (a barrel shift: a read's words out of its two rows)."""
+    return (window >> (offset * WORD))[:words * WORD]
+
+
+def placed(data, offset) -> Value:
+    """`data`'s FP16 words moved up by `offset` words (a write's words into the window of its two chunks)."""
+    return data << (offset * WORD)
 
 
 class BankedBuffer(wiring.Component):
@@ -119,10 +140,8 @@ class BankedBuffer(wiring.Component):
         offset_d = Signal(max(lc, 1), name=f"{name}_offset_d")
         m.d.sync += [bank_d.eq(bank), offset_d.eq(offset)]
         pick = Signal(2 * C * WORD, name=f"{name}_window")
-        for b in range(P):
-            with m.If(bank_d == b):
-                m.d.comb += pick.eq(Cat(rows[b], rows[(b + 1) % P]))
-        m.d.comb += port.data.eq((pick >> (offset_d * WORD))[:width * WORD])
+        m.d.comb += pick.eq(select(bank_d, [Cat(rows[b], rows[(b + 1) % P]) for b in range(P)]))
+        m.d.comb += port.data.eq(words_at(pick, offset_d, width))
 
     def elaborate(self, platform):
         m = Module()
@@ -145,7 +164,7 @@ class BankedBuffer(wiring.Component):
             _, offset, places = self._place(m, port.addr, name=name)
             window = Signal(2 * C * WORD, name=f"{name}_window")
             enables = Signal(2 * C, name=f"{name}_enables")
-            m.d.comb += [window.eq(port.data.as_value() << (offset * WORD)),
+            m.d.comb += [window.eq(placed(port.data.as_value(), offset)),
                          enables.eq(Mux(port.en, port.mask, 0) << offset)]
             for b, (which, row, inside) in enumerate(places):
                 wp = mems[b].write_port(granularity=1)
@@ -192,7 +211,7 @@ class BankedBuffer(wiring.Component):
                 offset = port.addr[:lc] if lc else 0
                 window = Signal(2 * C * WORD, name=f"{name}_window")
                 enables = Signal(2 * C, name=f"{name}_enables")
-                m.d.comb += [first.eq(port.addr >> lc), window.eq(port.data.as_value() << (offset * WORD)),
+                m.d.comb += [first.eq(port.addr >> lc), window.eq(placed(port.data.as_value(), offset)),
                              enables.eq(port.mask << offset)]
                 claims = (1, offset + self.shared_writes[name] > C)
             else:
@@ -213,14 +232,19 @@ class BankedBuffer(wiring.Component):
         for (port, _), ready in zip(requests, readies):
             m.d.comb += port.ready.eq(ready)
         for b in range(P):
-            addr, value, enables = 0, 0, 0
-            for (_, halves), ready, touch in zip(requests, readies, touches):
-                for hb, hrow, hdata, hmask, inside in halves:
-                    mine = ready & touch[b] & (hb == b)
-                    addr, value = Mux(mine, hrow, addr), Mux(mine, hdata, value)
-                    enables = Mux(mine, Mux(inside, hmask, 0), enables)
+            # the grants give each memory to one requester at most, and a requester's two chunks lie in two
+            # memories: at most one candidate is `mine`, so its number is the OR of the numbers of those that are
+            candidates = [(ready & touch[b] & (hb == b), hrow, hdata, Mux(inside, hmask, 0))
+                          for (_, halves), ready, touch in zip(requests, readies, touches)
+                          for hb, hrow, hdata, hmask, inside in halves]
+            mine = Cat(*(c[0] for c in candidates))
+            index = Signal(range(max(2, len(candidates))), name=f"write_b{b}_index")
+            m.d.comb += index.eq(Cat(*(Cat(*(mine[k] for k in range(len(candidates)) if k >> i & 1)).any()
+                                       for i in range(len(index)))))
             wp = mems[b].write_port(granularity=1)
-            m.d.comb += [wp.addr.eq(addr), wp.data.eq(value), wp.en.eq(enables)]
+            m.d.comb += [wp.addr.eq(select(index, [c[1] for c in candidates])),
+                         wp.data.eq(select(index, [c[2] for c in candidates])),
+                         wp.en.eq(Mux(mine.any(), select(index, [c[3] for c in candidates]), 0))]
 
     def _reads(self, m: Module, mems: list):
         """One read port per memory for all the TileReadPorts and SharedReadPorts of the buffer. Each cycle each
@@ -279,48 +303,53 @@ class BankedBuffer(wiring.Component):
         return [(*request, ready) for request, ready in zip(out, readies)]
 
     def _tile_requests(self, m: Module, name: str, tile: TileReadPort) -> dict:
-        """A TileReadPort's parts: each lane needs its first chunk, and the next one when its wanted words
-        (`tile.widths`) run past it and it is not `single` (parts 2l and 2l + 1); the parts not yet served are
-        `pending`. Per memory, `banks[b]`: whether a part is pending there and the row of the lowest-numbered
-        one."""
+        """A TileReadPort's parts: each lane needs its first chunk, and, unless it is `aligned`, the next one when its
+        wanted words (`tile.widths`) run past it and it is not `single` (`lane_parts[l]`: its parts' numbers); the
+        parts not yet served are `pending`. Per memory, `banks[b]`: whether a part is pending there and the row of
+        the lowest-numbered one."""
         port = getattr(self, name)
         lc, P = _log2(self.chunk), self.banks
-        parts, offsets = [], []                         # (needed, bank, row) of part 2l, 2l + 1
+        parts, offsets, lane_parts = [], [], []         # (needed, bank, row) of each part
         for lane in range(tile.lanes):
             first, row = Signal(ADDRESS, name=f"{name}_l{lane}_chunk"), Signal(ADDRESS, name=f"{name}_l{lane}_row")
             bank = Signal(range(P), name=f"{name}_l{lane}_bank")
             m.d.comb += [first.eq(port.addr[lane] >> lc), bank.eq(first % P), row.eq(first // P)]
             offset = port.addr[lane][:lc] if lc else 0
-            wraps = bank == P - 1
+            lane_parts.append([len(parts)])
             parts.append((port.en[lane], bank, row))
-            runs_past = port.en[lane] & ~port.single[lane] & (offset + tile.widths[lane] > self.chunk)
-            parts.append((runs_past, Mux(wraps, 0, bank + 1), row + wraps))
+            if not tile.aligned[lane]:
+                wraps = bank == P - 1
+                runs_past = port.en[lane] & ~port.single[lane] & (offset + tile.widths[lane] > self.chunk)
+                lane_parts[-1].append(len(parts))
+                parts.append((runs_past, Mux(wraps, 0, bank + 1), row + wraps))
             offsets.append(offset)
-        served = Signal(2 * tile.lanes, name=f"{name}_served")
-        pending = Signal(2 * tile.lanes, name=f"{name}_pending")
+        served = Signal(len(parts), name=f"{name}_served")
+        pending = Signal(len(parts), name=f"{name}_pending")
         m.d.comb += pending.eq(Cat(*(needed for needed, _, _ in parts)) & ~served)
         banks = []
         for b in range(P):
             # Muxes, not Ifs: Icarus never evaluates an `always @*` whose inputs keep their initial values (an
             # idle port's), leaving the other ports' grants, which depend on it, X
-            here = [pending[p] & (parts[p][1] == b) for p in range(2 * tile.lanes)]
+            here = [pending[p] & (parts[p][1] == b) for p in range(len(parts))]
             row_b = Signal(range(max(2, self.rows)), name=f"{name}_b{b}_row")
             any_b = Signal(name=f"{name}_b{b}_any")
             value = 0
-            for p in reversed(range(2 * tile.lanes)):   # the lowest pending part in this bank wins
+            for p in reversed(range(len(parts))):       # the lowest pending part in this bank wins
                 value = Mux(here[p], parts[p][2], value)
             m.d.comb += [row_b.eq(value), any_b.eq(Cat(*here).any())]
             banks.append((any_b, row_b))
-        return {"parts": parts, "offsets": offsets, "served": served, "pending": pending, "banks": banks}
+        return {"parts": parts, "offsets": offsets, "lane_parts": lane_parts, "served": served, "pending": pending,
+                "banks": banks}
 
     def _tile_serve(self, m: Module, name: str, tile: TileReadPort, request: dict, grants: list, rows: list):
         """A TileReadPort's answer: a part is served when its memory was granted to the port and reads its row
         (which serves every pending part of that chunk); `ready` when none remains. A part's row is kept when it
-        arrives, so the last cycle's rows complete the tile."""
+        arrives, so the last cycle's rows complete the tile. A lane's words are shifted out of its two rows; an
+        aligned lane's are one of the row's chunk / words slots."""
         port = getattr(self, name)
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
         parts, pending, served = request["parts"], request["pending"], request["served"]
-        now = Signal(2 * tile.lanes, name=f"{name}_now")
+        now = Signal(len(parts), name=f"{name}_now")
         for p, (_, bank, row) in enumerate(parts):
             hit = 0
             for b, ((_, row_b), grant) in enumerate(zip(request["banks"], grants)):
@@ -336,16 +365,17 @@ class BankedBuffer(wiring.Component):
             kept = Signal(C * WORD, name=f"{name}_p{p}_kept")
             value = Signal(C * WORD, name=f"{name}_p{p}_row")
             m.d.sync += [bank_d.eq(bank), kept.eq(value)]
-            arrived = rows[0]
-            for b in range(1, P):
-                arrived = Mux(bank_d == b, rows[b], arrived)
-            m.d.comb += value.eq(Mux(now_d[p], arrived, kept))
+            m.d.comb += value.eq(Mux(now_d[p], select(bank_d, rows), kept))
             values.append(value)
-        for lane, offset in enumerate(request["offsets"]):
+        lw = _log2(tile.words)
+        for lane, (offset, mine) in enumerate(zip(request["offsets"], request["lane_parts"])):
             offset_d = Signal(max(lc, 1), name=f"{name}_l{lane}_offset_d")
             m.d.sync += offset_d.eq(offset)
-            window = Cat(values[2 * lane], values[2 * lane + 1])
-            m.d.comb += port.data[lane].eq((window >> (offset_d * WORD))[:tile.words * WORD])
+            if tile.aligned[lane]:
+                slots = [values[mine[0]][i * tile.words * WORD:(i + 1) * tile.words * WORD] for i in range(C >> lw)]
+                m.d.comb += port.data[lane].eq(select(offset_d[lw:], slots) if len(slots) > 1 else slots[0])
+            else:
+                m.d.comb += port.data[lane].eq(words_at(Cat(*(values[p] for p in mine)), offset_d, tile.words))
 
 
 class WriteArbiter(wiring.Component):

@@ -61,11 +61,14 @@ class ErrorCode(enum.Enum, shape=4):
     BUS = 7
     """An AXI4 response was SLVERR or DECERR (an address outside the memory behind the port)."""
     RING = 8
+    """A collective did not match the other cards' (rows, slices, or a RECV of the wrong size)."""
     EMPTY = 9
     """Not an error: rows or n resolves to zero, so the instruction does nothing, as in the functional
     simulator (no address is checked). A unit takes its error path, writing nothing, and `reported` turns the
     code into NONE on its Completion."""
-    """A collective did not match the other cards' (rows, slices, or a RECV of the wrong size)."""
+    MISALIGNED = 10
+    """A MATMUL's or MASKED_QK's weights in WBUF start, or step from column to column, off a multiple of
+    `ArchConfig.weight_align` words (hw/resolved.misaligned_weights)."""
 
 
 class Completion(wiring.Signature):
@@ -120,22 +123,28 @@ class TileReadPort(wiring.Signature):
     the next one when its wanted words run past it. A bank serves one distinct chunk per cycle, so a request
     whose busiest bank holds c distinct chunks takes c cycles (`buffers.tile_read_cycles`), more while the
     buffer's other readers hold its banks: `ready` is low until the last chunk is read, and the unit holds
-    `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high."""
+    `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high. An `aligned` lane's
+    addresses are multiples of `words` (a power of two; the unit guarantees it, the buffer ignores the low bits):
+    it reads one chunk, and needs no shift of its words, so it costs about a third of a lane at any address."""
 
-    def __init__(self, lanes: int, words: int, widths: tuple | None = None):
+    def __init__(self, lanes: int, words: int, widths: tuple | None = None, aligned: tuple | None = None):
         self.lanes, self.words = lanes, words
         self.widths = tuple(widths) if widths is not None else (words,) * lanes
+        self.aligned = tuple(bool(a) for a in aligned) if aligned is not None else (False,) * lanes
         if len(self.widths) != lanes or not all(1 <= w <= words for w in self.widths):
             raise ValueError(f"lane widths {self.widths}: need one of 1 to {words} words for each of {lanes} lanes")
+        if len(self.aligned) != lanes or (any(self.aligned) and words & (words - 1)):
+            raise ValueError(f"aligned lanes {self.aligned}: need one flag for each of {lanes} lanes, and a power of "
+                             f"two words, not {words}")
         super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "single": Out(lanes),
                           "ready": In(1), "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
 
     def __eq__(self, other):
-        return type(other) is TileReadPort and (other.lanes, other.words, other.widths) == \
-            (self.lanes, self.words, self.widths)
+        return type(other) is TileReadPort and (other.lanes, other.words, other.widths, other.aligned) == \
+            (self.lanes, self.words, self.widths, self.aligned)
 
     def __repr__(self):
-        return f"TileReadPort({self.lanes}, {self.words}, {self.widths})"
+        return f"TileReadPort({self.lanes}, {self.words}, {self.widths}, aligned={self.aligned})"
 
 
 class SharedReadPort(wiring.Signature):
@@ -389,13 +398,13 @@ def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
     return {"wrong_unit": ~mine, "reserved": reserved, "bad_space": bad_space}
 
 
-def error_code(m: Module, checks: dict, *, empty, out_of_range, zero_dim=0, name: str = "err") -> Signal:
+def error_code(m: Module, checks: dict, *, empty, out_of_range, zero_dim=0, misaligned=0, name: str = "err") -> Signal:
     """The ErrorCode of the first failing check, in the order WRONG_UNIT, RESERVED, BAD_SPACE, EMPTY (a no-op),
-    ZERO_DIM, OUT_OF_RANGE."""
+    ZERO_DIM, MISALIGNED, OUT_OF_RANGE."""
     code = Signal(ErrorCode, name=name)
     order = [(checks["wrong_unit"], ErrorCode.WRONG_UNIT), (checks["reserved"], ErrorCode.RESERVED),
              (checks["bad_space"], ErrorCode.BAD_SPACE), (empty, ErrorCode.EMPTY), (zero_dim, ErrorCode.ZERO_DIM),
-             (out_of_range, ErrorCode.OUT_OF_RANGE)]
+             (misaligned, ErrorCode.MISALIGNED), (out_of_range, ErrorCode.OUT_OF_RANGE)]
     for index, (failed, value) in enumerate(order):
         with (m.If if index == 0 else m.Elif)(failed):
             m.d.comb += code.eq(value)

@@ -96,7 +96,7 @@ class MatrixUnit(wiring.Component):
         L, W = self.lanes, self.width
         self.x_lane, self.bias_lane = L, {Space.ABUF: L + 1, Space.WBUF: L}    # x: in ABUF's port
         ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,))),
-                 "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,)))}
+                 "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,), aligned=(True,) * L + (False,)))}
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
         self.buffer_ports = ports
@@ -134,7 +134,11 @@ class MatrixUnit(wiring.Component):
                     & fits(s_dst, dst, rows, n, r["dst_stride"])
                     & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
                           Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
-        code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, out_of_range=~in_range)
+        # WBUF weights on weight_align boundaries: each lane's tile is one row of WBUF's memories (an aligned lane)
+        la = _log2(cfg.weight_align)
+        misaligned = (s_src2 == Space.WBUF) & ((src2[:la] != 0) | (r["src2_stride"][:la] != 0))
+        code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, misaligned=misaligned,
+                          out_of_range=~in_range)
 
         # --- control --------------------------------------------------------------------------
         groups = Signal(32)

@@ -21,6 +21,11 @@ class AddressFault(SimulatorError):
     """An access outside its memory space (or outside the image's HBM map)."""
 
 
+class AlignmentFault(SimulatorError):
+    """A MATMUL's or MASKED_QK's weights in WBUF off the matrix unit's boundaries (hw/resolved.misaligned_weights;
+    the RTL's ErrorCode.MISALIGNED)."""
+
+
 class StepLimitError(SimulatorError):
     """A card executed more instructions in one run than the device's step limit."""
 

@@ -16,8 +16,8 @@ import numpy as np
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, control_result
-from ringgpt.hw.resolved import Resolved, access_ranges
-from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, RingDeadlockError,
+from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_weights
+from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
 _UNARY = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
@@ -249,8 +249,14 @@ class Card:
         return self.read(name, (space, value), r.rows, 1 if row_scalar else r.n, getattr(r, f"{name}_stride"))
 
     # --- instructions --------------------------------------------------------------------------
+    def _check_weights(self, r: Resolved) -> None:
+        problem = misaligned_weights(r, self.cfg.weight_align)
+        if problem:
+            raise AlignmentFault(self.index, self.pc, self.text(), problem)
+
     def _check_ranges(self, r: Resolved) -> None:
         """Timing-only execution: the address checks of an instruction, without its data."""
+        self._check_weights(r)
         reads, writes = access_ranges(r)
         for verb, ranges in (("reads", reads), ("writes", writes)):
             for space, lo, hi in ranges:
@@ -297,12 +303,14 @@ class Card:
     def _matmul(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_weights(r)
         bias = None if r.aux[0] is Space.NONE else self.read("aux", r.aux, 1, r.n, 0)[0]
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, self._products(r, bias, bool(r.flags.gelu)))
 
     def _masked_qk(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_weights(r)
         scores = self._products(r)
         masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
         scores[masked] = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))

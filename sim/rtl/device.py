@@ -20,7 +20,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import REG_MASK, format_instruction
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional.device import as_words, checked_cards, checked_programs
-from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, HostAccessError,
+from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, HostAccessError,
                                            IllegalInstructionFault, NotLoadedError, RingDeadlockError,
                                            SimulatorError)
 
@@ -44,6 +44,8 @@ def fault(card: int, pc: int, code: str, program: list, cycles: int) -> Simulato
         return IllegalInstructionFault(card, pc, text, problem)
     if code == "RING":
         return CollectiveMismatchError(problem, [(card, pc, text, "stopped")])
+    if code == "MISALIGNED":
+        return AlignmentFault(card, pc, text, problem)
     return AddressFault(card, pc, text, problem) if code in ("OUT_OF_RANGE", "BUS") else SimulatorError(
         card, pc, text, problem)
 
