@@ -66,8 +66,15 @@ def select(index, values: list) -> Value:
 
 
 def words_at(window, offset, words: int) -> Value:
-    """The `words` FP16 words of `window` from word `offset` on (a barrel shift: a read's words out of its two rows)."""
-    return (window >> (offset * WORD))[:words * WORD]
+    """The `words` FP16 words of `window` from word `offset` on: a read's words out of its two rows, shifted in
+    radix-4 stages (two offset bits each, the highest first), each stage keeping only the words the later stages
+    can still reach (Yosys: 5,821 LUTs for 64 words out of 128, against 7,548 for one `>>`)."""
+    window, offset = Value.cast(window), Value.cast(offset)
+    for low in reversed(range(0, len(offset), 2)):
+        digit, step = offset[low:low + 2], 1 << low
+        keep = (words + step - 1) * WORD
+        window = select(digit, [window[shift * step * WORD:][:keep] for shift in range(1 << len(digit))])
+    return window[:words * WORD]
 
 
 def placed(data, offset) -> Value:
