@@ -57,7 +57,7 @@ def _log2(value: int) -> int:
 def select(index, values: list) -> Value:
     """values[index], each zero-extended to the widest: one binary-indexed mux tree a bit (`word_select`), about
     a third of the LUTs of a chain of compares (Yosys `synth_xilinx`, 17 values: 6 LUTs a bit against 17;
-    scripts/resource_estimates.py measures it, `select_luts`)."""
+    scripts/resource_estimates.py measures it, `port_parts`)."""
     values = [Value.cast(v) for v in values]
     if len(values) == 1:
         return values[0]
