@@ -236,10 +236,10 @@ def port_parts(cfg) -> dict:
     from ringgpt.hw.core.buffers import placed, select, words_at
     from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
-    offset = range(chunk)
-    counts = {banks, *(_candidates(kinds, chunk) for kinds in group_requesters(cfg).values()),
-              *(chunk // w for kinds in group_requesters(cfg).values() for (what, w) in kinds if what == "aligned tile lane")}
-    words = {w for kinds in group_requesters(cfg).values() for (_, w) in kinds}
+    offset, groups = range(chunk), group_requesters(cfg).values()
+    counts = {banks, *(_candidates(kinds, chunk) for kinds in groups),
+              *(chunk // w for kinds in groups for (what, w) in kinds if what == "aligned tile lane")}
+    words = {w for kinds in groups for (_, w) in kinds}
     parts = {f"select({n})": lambda n=n: _Registered(
         {"index": range(n), "values": n * SELECT_BITS},
         lambda c, n=n: select(c.index, [c.values[i * SELECT_BITS:(i + 1) * SELECT_BITS] for i in range(n)]),
@@ -307,7 +307,7 @@ def port_logic(cfg, measure) -> dict:
 
 
 def measured(name: str, build) -> dict:
-    """Yosys's figures for one part (uncached)."""
+    """Yosys's figures for the component `build()` (`name` unused: the signature of --core's cached `synth`)."""
     with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
         return _figures(synthesise(build(), Path(tmp)))
 
@@ -332,9 +332,7 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     def synth(name: str, build) -> dict:
         if name not in cache:
             started = time.monotonic()
-            component = build()
-            with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
-                cache[name] = _figures(synthesise(component, Path(tmp)))
+            cache[name] = measured(name, build)
             log[name] = round(time.monotonic() - started, 1)
             print(f"  synthesised {name}: {cache[name]} in {log[name]} s", flush=True)
             progress.parent.mkdir(parents=True, exist_ok=True)
@@ -402,8 +400,7 @@ def check_buffers(cfg) -> int:
     from ringgpt.hw.core.buffers import Buffers
     ports = {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}   # core.py's names
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ringgpt-synth-") as tmp:
-        synthesised = _figures(synthesise(Buffers(cfg, ports), Path(tmp)))
+    synthesised = measured("buffers", lambda: Buffers(cfg, ports))
     composed = port_logic(cfg, measured)
     total = _add(composed["ABUF"], composed["WBUF"])
     print(f"{cfg.name}: Yosys {synthesised} in {time.monotonic() - started:.0f} s; port_logic composes "

@@ -592,7 +592,7 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
             raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
     slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align)
-    shapes = card_shapes(part, weight_stride(dims.n_embd, config.weight_align) + 1, slot_words, config.mpu_lanes)
+    shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
     plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
                               kv_group, max_rows)
     max_rows = plans[0].max_rows

@@ -163,12 +163,14 @@ def gathered_spans(spans: tuple, column_words: int, slot_words: int, align: int)
             return pieces
 
 
-def card_shapes(part, fc_column_words: int, slot_words: int, align: int) -> list:
-    """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill slots of slot_words
-    in whole `align` column groups (`fc_column_words`: an fc weight column's words with its bias)."""
+def card_shapes(part, n_embd: int, config, wbuf_slots: int) -> list:
+    """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill the weight buffer's
+    `wbuf_slots` slots (weight_slot_words) in whole mpu_lanes column groups (an fc column: weight_stride(n_embd)
+    words and its bias)."""
     staged = [0] * part.cards
     if part.cards > 1:
-        pieces = gathered_spans(part.ffn, fc_column_words, slot_words, align)
+        pieces = gathered_spans(part.ffn, weight_stride(n_embd, config.weight_align) + 1,
+                                weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align), config.mpu_lanes)
         staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 

@@ -380,7 +380,7 @@ class BankedBuffer(wiring.Component):
             m.d.sync += offset_d.eq(offset)
             if tile.aligned[lane]:
                 slots = [values[mine[0]][i * tile.words * WORD:(i + 1) * tile.words * WORD] for i in range(C >> lw)]
-                m.d.comb += port.data[lane].eq(select(offset_d[lw:], slots) if len(slots) > 1 else slots[0])
+                m.d.comb += port.data[lane].eq(select(offset_d[lw:], slots))
             else:
                 m.d.comb += port.data[lane].eq(words_at(Cat(*(values[p] for p in mine)), offset_d, tile.words))
 
