@@ -23,8 +23,8 @@ and the stall cycles each banking would add, with the compiler's layouts as they
 stride k in WBUF slots, keys at their stride, V^T at the maximum context).
 
 Then the DMA engines (hw/core/dma.py, PortEngine): the hbm_channels engines share one write port per memory
-for their LOAD beats (RowWritePort; an engine merges its beats into whole rows and asks only when a row is
-complete, `PortEngine._rows`), and one ABUF read for their STORE beats (`DMAUnit._store_reads`: one beat per cycle
+for their LOAD beats (an engine merges its beats into whole rows and asks only when a row is complete,
+`PortEngine._rows`; each memory takes the first engine's row, `DMAUnit._row_writes`), and one ABUF read for their STORE beats (`DMAUnit._store_reads`: one beat per cycle
 in all). For every LOAD and STORE between HBM and ABUF/WBUF of the same programs it replays each engine's
 beats (the jobs' words through hw/hbm.py's map) with every engine fed one beat per cycle, or at the HBM's
 sustained rate (hbm_bytes_per_cycle shared by the ports), granted as the RTL grants them (the engines behind the

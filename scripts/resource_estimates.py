@@ -161,10 +161,10 @@ def buffer_estimate(cfg) -> dict:
     """Memories of ABUF and WBUF with the read and write ports of every unit of the core (hw/core/core.py;
     hw/core/buffers.py: `buffer_banks` memories of `buffer_chunk_words`-word rows; the TileReadPorts and
     SharedReadPorts of a buffer together are one read port per memory, and every other read port one of its
-    own, so each is a copy of the buffer; all its RowWritePorts and SharedWritePorts together one write port per
-    memory, and every other write port one of its own)."""
-    from ringgpt.hw.core.interfaces import (WORD, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort,
-                                            WritePort)
+    own, so each is a copy of the buffer; all its RowWritePorts, BankWritePorts and SharedWritePorts together one
+    write port per memory, and every other write port one of its own)."""
+    from ringgpt.hw.core.interfaces import (WORD, BankWritePort, ReadPort, RowWritePort, SharedReadPort, SharedWritePort,
+                                            TileReadPort, WritePort)
     from ringgpt.hw.isa import Space
     ports = {f"{unit}.{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
@@ -176,7 +176,8 @@ def buffer_estimate(cfg) -> dict:
         depth = -(-words // chunk // banks)
         reads = sorted(name for name, sig in mine.items() if isinstance(sig, ReadPort))
         writes = sorted(name for name, sig in mine.items() if isinstance(sig, WritePort))
-        for kinds, listed in (((TileReadPort, SharedReadPort), reads), ((RowWritePort, SharedWritePort), writes)):
+        for kinds, listed in (((TileReadPort, SharedReadPort), reads),
+                              ((RowWritePort, BankWritePort, SharedWritePort), writes)):
             group = sorted(name for name, sig in mine.items() if isinstance(sig, kinds))
             if group:
                 listed.append(f"{' and '.join(k.__name__ for k in kinds)} group of {len(group)}: {', '.join(group)}")
@@ -191,9 +192,10 @@ def buffer_estimate(cfg) -> dict:
 def group_requesters(cfg) -> dict:
     """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
     {kind: count}, a kind one of ("tile lane", words), ("aligned tile lane", words), ("shared read", words),
-    ("row write", rows x chunk words), ("shared write", words)."""
-    from ringgpt.hw.core.interfaces import RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
-    label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write"}
+    ("row write", rows x chunk words), ("bank write", chunk words: a row a memory), ("shared write", words)."""
+    from ringgpt.hw.core.interfaces import BankWritePort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
+    label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write",
+             BankWritePort: "bank write"}
     out: dict = {}
     for space, sig in core_buffer_ports(cfg).values():
         kinds = out.setdefault(space.name, {})
@@ -203,7 +205,9 @@ def group_requesters(cfg) -> dict:
                 kinds[("aligned tile lane", sig.words)] = kinds.get(("aligned tile lane", sig.words), 0) + aligned
             kind, count = ("tile lane", sig.words), sig.lanes - aligned
         elif isinstance(sig, tuple(label)):
-            kind, count = (label[type(sig)], sig.rows * sig.chunk if isinstance(sig, RowWritePort) else sig.words), 1
+            words = (sig.rows * sig.chunk if isinstance(sig, RowWritePort)
+                     else sig.chunk if isinstance(sig, BankWritePort) else sig.words)
+            kind, count = (label[type(sig)], words), 1
         else:
             continue
         kinds[kind] = kinds.get(kind, 0) + count
@@ -237,7 +241,7 @@ def port_parts(cfg) -> dict:
     from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
     offset, groups = range(chunk), group_requesters(cfg).values()
-    counts = {banks, *(_candidates(kinds, chunk) for kinds in groups),
+    counts = {banks, cfg.hbm_channels + 1, *(_candidates(kinds, chunk) for kinds in groups),
               *(chunk // w for kinds in groups for (what, w) in kinds if what == "aligned tile lane")}
     words = {w for kinds in groups for (_, w) in kinds}
     parts = {f"select({n})": lambda n=n: _Registered(
@@ -254,9 +258,9 @@ def port_parts(cfg) -> dict:
 
 def _candidates(kinds: dict, chunk: int) -> int:
     """Rows each memory of a buffer chooses its write among (hw/core/buffers.py, `_writes`): one per chunk of a
-    RowWritePort, two per SharedWritePort (`kinds`: a buffer's group_requesters)."""
-    return sum(2 * count if what == "shared write" else words // chunk * count
-               for (what, words), count in kinds.items() if what in ("shared write", "row write"))
+    RowWritePort, one per BankWritePort, two per SharedWritePort (`kinds`: a buffer's group_requesters)."""
+    per = {"shared write": lambda words: 2, "row write": lambda words: words // chunk, "bank write": lambda words: 1}
+    return sum(per[what](words) * count for (what, words), count in kinds.items() if what in per)
 
 
 def port_logic(cfg, measure) -> dict:
@@ -271,9 +275,12 @@ def port_logic(cfg, measure) -> dict:
       slots (`select(chunk // words)`, none at u280), no shift;
     * each shared write moves its words into a window of two chunks (`write shift`);
     * each memory selects the row, word enables and row address it writes among the write group's candidates
-      (`select(candidates)` a bit): one row per chunk of a RowWritePort, two per shared write.
+      (`select(candidates)` a bit): one row per chunk of a RowWritePort, one per BankWritePort, two per shared write;
+    * and the DMA's crossbar (`DMAUnit._row_writes`, for both buffers): each memory selects the row, word enables
+      and row address (ADDRESS_BITS) of one of the AXI ports' engines.
 
-    Returns buffer name -> figures, and 'requesters' -> buffer -> kind -> count."""
+    Returns buffer name -> figures, 'crossbar' -> the DMA crossbar's, and 'requesters' -> buffer -> kind -> count."""
+    from ringgpt.hw.core.interfaces import ADDRESS_BITS
     from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
     parts = port_parts(cfg)
@@ -302,6 +309,8 @@ def port_logic(cfg, measure) -> dict:
                 lut += count * luts(f"write shift({chunk}, {words})")
         lut += banks * row_bits * select_bit(_candidates(kinds, chunk))
         out[name] = {"LUT": round(lut), "FF": flops, "DSP": 0, "BRAM36": 0, "URAM": 0}
+    crossbar = banks * (chunk * WORD + chunk + ADDRESS_BITS) * select_bit(cfg.hbm_channels + 1)
+    out["crossbar"] = {"LUT": round(crossbar), "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": 0}
     return {**out, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
                                   for name, kinds in requesters.items()}}
 
@@ -371,6 +380,7 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     for name, b in buffers.items():
         rows[f"{name} ({b['copies']} copies)"] = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": b["URAM"]}
         rows[f"{name} port logic (composed)"] = _add({}, ports[name])
+    rows["DMA engines' crossbar (composed)"] = _add({}, ports["crossbar"])
     total = {}
     for name, row in rows.items():
         if not name.startswith(" "):

@@ -14,11 +14,11 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (1, 1)
     assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 5: " + ", ".join(sorted(
         ["dma.abuf_src", "dma.abuf_store", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]))]
-    # every write of the core one write port per memory: ABUF's the on-chip DMA's and the engines' rows and the
-    # matrix unit's results and row maxima, the vector unit's, the router's; WBUF's the DMA's rows
-    assert buffers["ABUF"]["write_ports"] == ["RowWritePort and SharedWritePort group of 38: " + ", ".join(sorted(
-        ["dma.abuf_dst", "matrix.abuf_dst", "matrix.abuf_aux", "vector.abuf_dst", "router.abuf_dst"]
-        + [f"dma.{port}_to_abuf" for port in [*(f"hbm{c}" for c in range(32)), "host"]]))]
+    # every write of the core one write port per memory: ABUF's the on-chip DMA's rows, the engines' crossbar and
+    # the matrix unit's results and row maxima, the vector unit's, the router's; WBUF's the DMA's rows
+    assert buffers["ABUF"]["write_ports"] == ["RowWritePort and BankWritePort and SharedWritePort group of 6: " + ", ".join(
+        sorted(["dma.abuf_dst", "dma.engines_to_abuf", "matrix.abuf_dst", "matrix.abuf_aux", "vector.abuf_dst",
+                "router.abuf_dst"]))]
     assert len(buffers["WBUF"]["write_ports"]) == 1
     assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510
 
@@ -38,20 +38,24 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
 
     ports = script.port_logic(cfg, measure)
     # WBUF: the matrix unit's 16 aligned weight lanes and its bias lane, and a write group of the on-chip DMA's
-    # two-row port and the 33 engines' one-row ports (35 candidate rows)
+    # two-row port and the engines' crossbar (3 candidate rows)
     assert ports["requesters"]["WBUF"] == {"aligned tile lane of 64": 16, "tile lane of 64": 1, "row write of 128": 1,
-                                           "row write of 64": 33}
+                                           "bank write of 64": 1}
     # a lane: each of its two 1,024-bit rows selected among 17 memories and behind a 2:1 choice with the kept row,
     # its words shifted out; an aligned lane: one row, no shift (its 64 words are the row); each of 17 memories
-    # selects its row (1,024 bits, 64 enables, 12 row bits) among 35
+    # selects its row (1,024 bits, 64 enables, 12 row bits) among 3
     lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
-    assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 35
+    assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 3
     assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 1024
-    # ABUF: 21 tile lanes, 3 shared reads (their 2,048-bit pairs of rows), 4 shared writes (8 candidates) and 34
-    # row writers (35 candidates) to choose among
-    assert ports["requesters"]["ABUF"]["row write of 64"] == 33 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
-    assert ports["ABUF"]["LUT"] == 21 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 + 17 * (1024 + 64 + 11) * 43
-    assert {"select(17)", "select(35)", "select(43)", "read shift(64, 64)", "write shift(64, 16)"} <= set(asked)
+    # ABUF: 21 tile lanes, 3 shared reads (their 2,048-bit pairs of rows), 4 shared writes (8 candidates), the
+    # on-chip DMA's two rows and the crossbar's one (11 candidates) to choose among
+    assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
+    assert ports["ABUF"]["LUT"] == 21 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 + 17 * (1024 + 64 + 11) * 11
+    # the DMA's crossbar for both buffers: each of 17 memories selects a row, its enables and a 32-bit row address
+    # among the 33 AXI ports' engines
+    assert ports["crossbar"]["LUT"] == 17 * (1024 + 64 + 32) * 33
+    assert {"select(17)", "select(3)", "select(11)", "select(33)", "read shift(64, 64)",
+            "write shift(64, 16)"} <= set(asked)
 
 
 def test_port_parts_are_the_buffers_own_logic(load_script):

@@ -205,8 +205,8 @@ def _granted(touches: list, urgent: list) -> list:
 
 @pytest.mark.parametrize("banks", [2, 5])
 def test_shared_ports_grant_in_priority_order(banks):
-    """Three SharedReadPorts, and three RowWritePorts (of two, one and two chunks) with two SharedWritePorts after
-    them, over one read and one
+    """Three SharedReadPorts, and three RowWritePorts (of two, one and two chunks), a BankWritePort (a row per
+    memory, each its own requester) and two SharedWritePorts after them, over one read and one
     write port per memory: random requests (often several on one memory; a shared write claims its whole
     window, mask or not), some urgent, against a word array; `ready` is exactly the grant
     (no requester granted before it, urgent ones first, on one of the memories it touches), every granted read returns its
@@ -215,8 +215,12 @@ def test_shared_ports_grant_in_priority_order(banks):
     a chunk were placed in the wrong memory, or an ungranted write landed (each was checked by breaking it)."""
     words, chunk, cycles = 256, 8, 500
     chunks = words // chunk
+    held = -(-chunks // banks)                      # rows a memory holds
+    lanes = [f"bank_write{b}" for b in range(banks)]
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={"check": chunk}, writes={},
-                       shared_reads=SHARED_READS, row_writes=ROW_WRITES, shared_writes=SHARED_WRITES)
+                       shared_reads=SHARED_READS, row_writes=ROW_WRITES, bank_writes=["bank_write"],
+                       shared_writes=SHARED_WRITES)
+    write_names = [*ROW_WRITES, *lanes, *SHARED_WRITES]
     rng = np.random.default_rng(banks + 10)
     model = np.zeros(words, dtype=np.int64)
     wrong, grants = [], {"read": [0, 0], "write": [0, 0]}
@@ -249,6 +253,21 @@ def test_shared_ports_grant_in_priority_order(banks):
                 writes[name] = (first, mask, values)
                 write_touch.append({(first + h) % banks for h in range(rows) if mask >> (h * chunk) & ((1 << chunk) - 1)}
                                    if en else set())
+            lane_en, lane_rows, lane_masks, lane_values = 0, [], [], []
+            for b, name in enumerate(lanes):                # a row of memory b: chunk row * banks + b
+                en = bool(rng.random() < 0.6 and cycle > 3)
+                row = (hot // banks + int(rng.integers(-1, 2))) % held if rng.random() < 0.6 else \
+                    int(rng.choice([rng.integers(0, held), held - 1, held]))
+                mask = int(rng.integers(0, 1 << chunk))
+                values = [int(v) for v in rng.integers(0, 1 << 16, chunk)]
+                lane_en |= en << b
+                lane_rows.append(row)
+                lane_masks.append(mask)
+                lane_values.append(values)
+                writes[name] = (row * banks + b, mask, values)
+                write_touch.append({b} if en else set())
+            for member, value in (("en", lane_en), ("row", lane_rows), ("mask", lane_masks), ("data", lane_values)):
+                ctx.set(getattr(buf.bank_write, member), value)
             for name, width in SHARED_WRITES.items():       # the words at any address; they claim their window
                 port, en = getattr(buf, name), bool(rng.random() < 0.6 and cycle > 3)
                 addr = (hot * chunk + int(rng.integers(-chunk, 2 * chunk))) % words if rng.random() < 0.6 else \
@@ -261,15 +280,18 @@ def test_shared_ports_grant_in_priority_order(banks):
                 ctx.set(port.data, values)
                 writes[name] = (addr // chunk, (mask << addr % chunk), [0] * (addr % chunk) + values)
                 write_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}} if en else set())
-            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *ROW_WRITES, *SHARED_WRITES]}
+            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *write_names]}
             for name, value in urgent.items():
-                ctx.set(getattr(buf, name).urgent, value)
+                if name not in lanes:
+                    ctx.set(getattr(buf, name).urgent, value)
+            ctx.set(buf.bank_write.urgent, sum(urgent[name] << b for b, name in enumerate(lanes)))
             read_ready = _granted(read_touch, [urgent[name] for name in SHARED_READS])
-            write_ready = _granted(write_touch, [urgent[name] for name in [*ROW_WRITES, *SHARED_WRITES]])
+            write_ready = _granted(write_touch, [urgent[name] for name in write_names])
+            lane_ready = ctx.get(buf.bank_write.ready)
             for kind, names, expected, touches in (("read", SHARED_READS, read_ready, read_touch),
-                                                   ("write", [*ROW_WRITES, *SHARED_WRITES], write_ready, write_touch)):
+                                                   ("write", write_names, write_ready, write_touch)):
                 for name, ready, touch in zip(names, expected, touches):
-                    got = bool(ctx.get(getattr(buf, name).ready))
+                    got = bool(lane_ready >> lanes.index(name) & 1 if name in lanes else ctx.get(getattr(buf, name).ready))
                     if got != ready:
                         wrong.append((cycle, name, "ready", got, ready))
                     if touch:
@@ -281,13 +303,13 @@ def test_shared_ports_grant_in_priority_order(banks):
                     got = [int(v) for v in ctx.get(getattr(buf, name).data)]
                     if got != [int(v) for v in model[addr:addr + width]]:
                         wrong.append((cycle, name, addr, got))
-            for name, ready, touch in zip([*ROW_WRITES, *SHARED_WRITES], write_ready, write_touch):
+            for name, ready, touch in zip(write_names, write_ready, write_touch):
                 first, mask, values = writes[name]
                 if touch and ready:
                     for i, value in enumerate(values):
                         if mask >> i & 1 and first * chunk + i < words:
                             model[first * chunk + i] = value
-        for name in [*SHARED_READS, *ROW_WRITES, *SHARED_WRITES]:
+        for name in [*SHARED_READS, *ROW_WRITES, "bank_write", *SHARED_WRITES]:
             ctx.set(getattr(buf, name).en, 0)
         for addr in range(0, words, chunk):             # then every word
             ctx.set(buf.check.addr, addr)

@@ -22,9 +22,10 @@ memory serves first the single read its group grants (the `urgent` ones first: t
 behind the leader, the router marks its reads; then in the order listed; `_grants`), else one tile port's
 chunk, the tile ports taking turns each cycle. A requester that is not served holds its request, and a tile
 port keeps the chunks it was already given. The writes share one write port per memory the same way
-(`_writes`): the rows (`RowWritePort`: the on-chip DMA's copies, two chunks, first; the engines' LOAD and GATHER
-rows, one chunk a grant, which they assemble from their beats) and then the units' writes (`SharedWritePort`: the matrix unit's
-results and row maxima, the vector unit's, the router's), the urgent ones first. A plain `ReadPort` or
+(`_writes`): the on-chip DMA's copies (`RowWritePort`, two chunks) first, the DMA engines' LOAD and GATHER rows
+(`BankWritePort`: a row per memory, which the DMA's crossbar chose among its engines for both buffers at once),
+and then the units' writes (`SharedWritePort`: the matrix unit's results and row maxima, the vector unit's, the
+router's), the urgent ones first. A plain `ReadPort` or
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
@@ -43,7 +44,8 @@ from amaranth.lib.wiring import In
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 
-from .interfaces import WORD, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort, WritePort
+from .interfaces import (WORD, BankWritePort, ReadPort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort,
+                         WritePort)
 
 
 ADDRESS = 33
@@ -90,13 +92,15 @@ class BankedBuffer(wiring.Component):
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes at least
     `tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
-    memory (the shared reads granted first, see `_reads`), and the `row_writes` (name -> rows: RowWritePorts) and
-    `shared_writes` (name -> width: SharedWritePorts) one write port per memory (the row writes listed first),
+    memory (the shared reads granted first, see `_reads`), and the `row_writes` (name -> rows: RowWritePorts), the
+    `bank_writes` (names of BankWritePorts: a row per memory, each memory's one requester) and `shared_writes`
+    (name -> width: SharedWritePorts) one write port per memory (in that order),
     each group granted the urgent requesters first, each class in the order listed (see `_grants`); the group's
     write wins over the plain write ports on a shared word."""
 
     def __init__(self, words: int, *, chunk: int, banks: int, reads: dict, writes: dict, tiles: dict | None = None,
-                 shared_reads: dict | None = None, row_writes: dict | None = None, shared_writes: dict | None = None):
+                 shared_reads: dict | None = None, row_writes: dict | None = None, bank_writes=(),
+                 shared_writes: dict | None = None):
         if chunk < 1 or chunk & (chunk - 1):
             raise ValueError(f"chunk must be a power of two, got {chunk}")
         if banks < 2:
@@ -114,11 +118,13 @@ class BankedBuffer(wiring.Component):
         self.rows = -(-self.chunks // banks)
         self.reads, self.writes, self.tiles = dict(reads), dict(writes), tiles
         self.shared_reads, self.row_writes, self.shared_writes = shared_reads, dict(row_writes or {}), shared_writes
+        self.bank_writes = tuple(bank_writes)
         super().__init__({**{name: In(ReadPort(w)) for name, w in reads.items()},
                           **{name: In(WritePort(w)) for name, w in writes.items()},
                           **{name: In(tile) for name, tile in tiles.items()},
                           **{name: In(SharedReadPort(w)) for name, w in shared_reads.items()},
                           **{name: In(RowWritePort(chunk, rows)) for name, rows in self.row_writes.items()},
+                          **{name: In(BankWritePort(chunk, banks)) for name in self.bank_writes},
                           **{name: In(SharedWritePort(w)) for name, w in shared_writes.items()}})
 
     def _place(self, m: Module, addr, *, name: str):
@@ -203,14 +209,27 @@ class BankedBuffer(wiring.Component):
         return readies
 
     def _writes(self, m: Module, mems: list):
-        """One write port per memory for the RowWritePorts and the SharedWritePorts (the row writes listed first,
-        then the shared ones; `_grants`): each memory writes the row (and word enables) of the granted requester
-        whose first or second chunk lies in it. A shared write's words are shifted into the two chunks of its
-        address, and it claims both when its window runs past the first."""
-        if not (self.row_writes or self.shared_writes):
+        """One write port per memory for the RowWritePorts, the BankWritePorts and the SharedWritePorts (in that
+        order; `_grants`): each memory writes the row (and word enables) of the granted requester whose first or
+        second chunk lies in it. A shared write's words are shifted into the two chunks of its address, and it
+        claims both when its window runs past the first; a BankWritePort is one requester per memory, whose row
+        is a candidate of that memory alone."""
+        if not (self.row_writes or self.bank_writes or self.shared_writes):
             return
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
-        requests, touches = [], []
+        requests, touches, urgents = [], [], []
+        for name in self.bank_writes:
+            port = getattr(self, name)
+            for b in range(P):
+                held = -(-(self.chunks - b) // P)       # the rows memory b holds
+                touch = Signal(P, name=f"{name}_b{b}_touch")
+                m.d.comb += touch.eq(port.en[b] << b)
+                requests.append((port.ready[b], ((b, port.row[b], port.data[b].as_value(), port.mask[b],
+                                                  port.row[b] < held),)))
+                touches.append(touch)
+                urgents.append(port.urgent[b])
+        bank_requests = (requests, touches, urgents)
+        requests, touches, urgents = [], [], []
         for name in (*self.row_writes, *self.shared_writes):
             port = getattr(self, name)
             first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
@@ -233,17 +252,21 @@ class BankedBuffer(wiring.Component):
             touch = Signal(P, name=f"{name}_touch")
             m.d.comb += [touch[b].eq(port.en & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
                          for b in range(P)]
-            requests.append((port, halves))
+            requests.append((port.ready, halves))
             touches.append(touch)
-        readies = self._grants(m, touches, [port.urgent for port, _ in requests], name="write")
-        for (port, _), ready in zip(requests, readies):
-            m.d.comb += port.ready.eq(ready)
+            urgents.append(port.urgent)
+        rows = len(self.row_writes)                     # the row writes, the bank writes, the shared writes
+        requests[rows:rows], touches[rows:rows], urgents[rows:rows] = bank_requests
+        readies = self._grants(m, touches, urgents, name="write")
+        for (ready_port, _), ready in zip(requests, readies):
+            m.d.comb += ready_port.eq(ready)
         for b in range(P):
             # the grants give each memory to one requester at most, and a requester's two chunks lie in two
             # memories: at most one candidate is `mine`, so its number is the OR of the numbers of those that are
-            candidates = [(ready & touch[b] & (hb == b), hrow, hdata, Mux(inside, hmask, 0))
+            candidates = [(ready & touch[b] & (hb == b if isinstance(hb, Value) else 1), hrow, hdata,
+                           Mux(inside, hmask, 0))
                           for (_, halves), ready, touch in zip(requests, readies, touches)
-                          for hb, hrow, hdata, hmask, inside in halves]
+                          for hb, hrow, hdata, hmask, inside in halves if isinstance(hb, Value) or hb == b]
             mine = Cat(*(c[0] for c in candidates))
             index = Signal(range(max(2, len(candidates))), name=f"write_b{b}_index")
             m.d.comb += index.eq(Cat(*(Cat(*(mine[k] for k in range(len(candidates)) if k >> i & 1)).any()
@@ -419,15 +442,16 @@ def tile_read_cycles(starts: np.ndarray, enabled: np.ndarray, words: int, chunk:
     return np.maximum(np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1).max(axis=-1), 1)
 
 
-PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort, SharedWritePort)
+PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort, BankWritePort, SharedWritePort)
 """The kinds of buffer port a unit may ask for."""
 
 
 class Buffers(wiring.Component):
     """ABUF (`abuf_words`) and WBUF (`wbuf_words`), sized from `cfg`, with the ports in `ports`: member
     name -> (Space.ABUF or Space.WBUF, one of `PORT_KINDS`), each member facing the unit that drives it.
-    Write ports listed later take precedence on the same word; the SharedReadPorts and the RowWritePorts of
-    a buffer each form one group, granted in the order listed."""
+    Write ports listed later take precedence on the same word; the SharedReadPorts of a buffer form one group,
+    granted in the order listed, and its RowWritePorts, BankWritePorts and SharedWritePorts another (in that
+    order, each kind in the order listed)."""
 
     def __init__(self, cfg: ArchConfig, ports: dict):
         self.cfg = cfg
@@ -435,9 +459,11 @@ class Buffers(wiring.Component):
         for name, (space, sig) in self.ports.items():
             if space not in (Space.ABUF, Space.WBUF) or not isinstance(sig, PORT_KINDS):
                 raise ValueError(f"buffer port {name!r}: {space} {sig!r} is not an ABUF/WBUF read, write or tile port")
-            if isinstance(sig, RowWritePort) and sig.chunk != cfg.buffer_chunk_words:
+            if isinstance(sig, (RowWritePort, BankWritePort)) and sig.chunk != cfg.buffer_chunk_words:
                 raise ValueError(f"buffer port {name!r}: {sig!r} does not write the buffers' "
                                  f"{cfg.buffer_chunk_words}-word chunks")
+            if isinstance(sig, BankWritePort) and sig.banks != cfg.buffer_banks:
+                raise ValueError(f"buffer port {name!r}: {sig!r} does not write the buffers' {cfg.buffer_banks} memories")
         self.chunk, self.banks = cfg.buffer_chunk_words, cfg.buffer_banks
         super().__init__({name: In(sig) for name, (space, sig) in self.ports.items()})
 
@@ -451,6 +477,7 @@ class Buffers(wiring.Component):
                                tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
                                shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
                                row_writes={n: s.rows for n, s in mine.items() if isinstance(s, RowWritePort)},
+                               bank_writes=[n for n, s in mine.items() if isinstance(s, BankWritePort)],
                                shared_writes={n: s.words for n, s in mine.items() if isinstance(s, SharedWritePort)})
             m.submodules[space.name.lower()] = buf
             for name in mine:

@@ -7,12 +7,13 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
     off chip job generator ── row jobs (X words [lo, hi), buffer address = X word + delta) ──▶
                PortEngine hbm0 .. hbm{C-1}, host: each takes the part of a job that lies in its memory (hw/hbm.py),
                as INCR bursts of up to 256 beats that stay in a 4 KiB page, up to hbm_outstanding in flight
-               ├─▶ LOAD / GATHER: R beats ─▶ merged into whole rows ─▶ the engines' shared ABUF/WBUF write port
+               ├─▶ LOAD / GATHER: R beats ─▶ merged into whole rows ─▶ the engines' crossbar, a row per memory ─▶ ABUF/WBUF
                ├─▶ LOAD transposed: R beats ─▶ (one engine a cycle) ─▶ the P x P tile ─▶ columns ─▶ dst
                ├─▶ GATHER indices from HOST: R beats ─▶ index FIFO ─▶ one table-row job per index
                └─▶ STORE: one ABUF read for all engines, a beat a cycle ─▶ W beats (wstrb for partial beats); B counted
-    The engines share one write port per buffer memory (RowWritePort) and one ABUF read (`abuf_store`, a
-    SharedReadPort); the buffers, and the store read, grant first the engines that moved fewer beats than the leader.
+    The engines share one write port per buffer memory through one crossbar for both buffers (a row per memory,
+    BankWritePorts) and one ABUF read (`abuf_store`, a SharedReadPort); the crossbar, the buffers and the store
+    read grant first the engines that moved fewer beats than the leader.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
+from .buffers import select
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, RowWritePort,
+from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
 
@@ -72,7 +74,7 @@ class PortEngine(wiring.Component):
     memory (a contiguous range of its local words), and moves it as INCR bursts of up to AXI_MAX_BURST beats
     that never cross a 4 KiB page, up to `outstanding` bursts in flight (one AXI ID: responses in order).
     Reads: each beat is shifted so that its first wanted word is lane 0, then merged into whole buffer rows
-    (`_rows`): a row is written through the target's RowWritePort (ABUF, WBUF) once the beat completes it,
+    (`_rows`): a row is written through `rows` (a RowWritePort into the buffer `rows_target` names) once the beat completes it,
     `data_latency` cycles after the R handshake when granted, and the beat waits in its register (`rready` low)
     until then; or the beat is offered on `beats`. Writes: each beat's words are read from ABUF (`from_abuf`,
     a SharedReadPort: the fetch waits for its grant), shifted into place, and sent with wstrb covering just the
@@ -115,7 +117,7 @@ class PortEngine(wiring.Component):
         super().__init__({"job": In(stream.Signature(JobLayout)), "abort": In(1), "busy": Out(1),
                           "restart": In(1), "moved": Out(ADDRESS_BITS), "behind": In(1),
                           "bus_error": Out(1), "base": In(AXI_ADDRESS_BITS), "axi": Out(Axi4(cfg.hbm_port_bits)),
-                          "to_abuf": Out(RowWritePort(self.chunk, 1)), "to_wbuf": Out(RowWritePort(self.chunk, 1)),
+                          "rows": Out(RowWritePort(self.chunk, 1)), "rows_target": Out(Target),
                           "from_abuf": Out(SharedReadPort(B)),
                           "beats": Out(stream.Signature(beat_layout(B)))})
 
@@ -139,8 +141,8 @@ class PortEngine(wiring.Component):
         return local, lo_off, mask
 
     def _rows(self, m: Module, stage, rows_taken):
-        """The beat in `stage` merged into whole buffer rows, one row per grant (through `to_abuf` or `to_wbuf`,
-        RowWritePorts of one chunk): a chunk the beat fills up to its last word, or the chunk it leaves when the
+        """The beat in `stage` merged into whole buffer rows, one row per grant (through `rows`, a RowWritePort of
+        one chunk, into the buffer `rows_target`): a chunk the beat fills up to its last word, or the chunk it leaves when the
         job's words do not continue (`stage.ends`), is written, and the grant takes the beat (`rows_taken`); the
         words of a chunk the next beat continues are held and written with it, and those of the next chunk when
         the job's words end in it are held and written on their own next (a flush, before the next beat). So a
@@ -163,12 +165,11 @@ class PortEngine(wiring.Component):
         write = Signal(K)
         m.d.comb += write.eq(Mux(flushing, held.mask, Mux(full, mask0, 0)))
         writing = stage.valid & (stage.target != Target.STREAM) & ~self.abort
-        target = Mux(flushing, held.target, stage.target)
-        for port, kind in ((self.to_abuf, Target.ABUF), (self.to_wbuf, Target.WBUF)):
-            m.d.comb += [port.en.eq((flushing | writing) & (target == kind) & (write != 0)),
-                         port.first.eq(Mux(flushing, held.first, first)),
-                         port.data.eq(Mux(flushing, held.data.as_value(), row0.as_value())), port.mask.eq(write)]
-        granted = Mux(target == Target.WBUF, self.to_wbuf.ready, self.to_abuf.ready)
+        port = self.rows
+        m.d.comb += [self.rows_target.eq(Mux(flushing, held.target, stage.target)),
+                     port.en.eq((flushing | writing) & (write != 0)), port.first.eq(Mux(flushing, held.first, first)),
+                     port.data.eq(Mux(flushing, held.data.as_value(), row0.as_value())), port.mask.eq(write)]
+        granted = port.ready
         m.d.comb += rows_taken.eq(~flushing & ((write == 0) | granted))
         with m.If(self.abort):
             m.d.sync += held.valid.eq(0)
@@ -313,7 +314,7 @@ class PortEngine(wiring.Component):
         # beats moved between the buffers and this memory since `restart`: the unit marks the engines behind the
         # one that moved most `behind`, and the buffers grant those first (urgent), which keeps the engines in step
         m.d.sync += self.moved.eq(Mux(self.restart, 0, self.moved + ((stage.valid & taken) | fetch)))
-        m.d.comb += [port.urgent.eq(self.behind) for port in (self.to_abuf, self.to_wbuf, self.from_abuf)]
+        m.d.comb += [port.urgent.eq(self.behind) for port in (self.rows, self.from_abuf)]
         m.d.comb += [self.bus_error.eq((axi.rvalid & axi.rready & r_error) | (axi.bvalid & axi.bresp[1])),
                      self.busy.eq(jobs.r_rdy | cur.valid | ar.valid | aw.valid | reads.r_rdy | stage.valid
                                   | flush_pending | (writes_open != 0))]
@@ -332,9 +333,8 @@ class DMAUnit(wiring.Component):
     are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of vector_width words: the on-chip
     copies' chunks and GATHER's ABUF indices; a step that reads waits for its grant), `abuf_dst`, `wbuf_dst`
     (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words shifted into two chunk rows,
-    first in their buffer's group and urgent, so never refused), and per AXI port p
-    `p_to_abuf`, `p_to_wbuf`
-    (RowWritePorts of one chunk), each kind one group that shares a port per memory, and `abuf_store`
+    first in their buffer's group and urgent, so never refused), `engines_to_abuf` and `engines_to_wbuf`
+    (BankWritePorts: the engines' rows, one per memory, chosen by one crossbar for both, `_row_writes`), and `abuf_store`
     (a SharedReadPort of a beat, hbm_port_bits / 16 words: the engines' STORE beats, one a cycle, `_store_reads`).
 
     How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
@@ -388,9 +388,8 @@ class DMAUnit(wiring.Component):
         self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)),
                              "abuf_dst": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
                              "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
-        for port in self.ports:
-            self.buffer_ports.update({f"{port}_to_abuf": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words, 1)),
-                                      f"{port}_to_wbuf": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words, 1))})
+        self.buffer_ports.update({"engines_to_abuf": (Space.ABUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks)),
+                                  "engines_to_wbuf": (Space.WBUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks))})
         self.buffer_ports["abuf_store"] = (Space.ABUF, SharedReadPort(B))
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
@@ -507,6 +506,41 @@ class DMAUnit(wiring.Component):
             m.d.comb += [read.ready.eq(chosen[k] & port.ready), read.data.eq(port.data)]
         m.d.comb += [port.addr.eq(addr), port.en.eq(asks.any()), port.urgent.eq(urgent_asks.any())]
 
+    def _row_writes(self, m: Module, engines: list):
+        """The engines' rows through one crossbar for both buffers (`engines_to_abuf`, `engines_to_wbuf`:
+        BankWritePorts with the same rows): each memory takes the row of the first engine asking for it, those
+        behind the leader (`urgent`) first, into the buffer that engine writes, and the engine's `ready` is that
+        buffer's grant of the memory. The buffers grant exactly as when each engine was a requester of its own
+        (one memory each, in engine order); an engine writes one buffer at a time, so one choice of row among the
+        engines per memory serves both buffers, where each buffer's memories chose among all the engines before."""
+        P, lk = self.cfg.buffer_banks, _log2(self.cfg.buffer_chunk_words)
+        into = {Target.ABUF: self.engines_to_abuf, Target.WBUF: self.engines_to_wbuf}
+        n = len(engines)
+        banks, rows, urgent = [], [], Signal(n)
+        for k, engine in enumerate(engines):
+            bank, row = Signal(range(P), name=f"e{k}_bank"), Signal(ADDRESS_BITS, name=f"e{k}_row")
+            m.d.comb += [bank.eq(engine.rows.first % P), row.eq(engine.rows.first // P),
+                         urgent[k].eq(engine.rows.urgent)]
+            banks.append(bank)
+            rows.append(row)
+        grants = []
+        for b in range(P):
+            asks, pool, chosen = Signal(n, name=f"b{b}_asks"), Signal(n, name=f"b{b}_pool"), Signal(n, name=f"b{b}_chosen")
+            m.d.comb += [asks.eq(Cat(*(engine.rows.en & (bank == b) for engine, bank in zip(engines, banks)))),
+                         pool.eq(Mux((asks & urgent).any(), asks & urgent, asks)), chosen.eq(pool & (~pool + 1))]
+            index = Signal(range(max(2, n)), name=f"b{b}_index")
+            m.d.comb += index.eq(Cat(*(Cat(*(chosen[k] for k in range(n) if k >> i & 1)).any()
+                                       for i in range(len(index)))))
+            for target, port in into.items():
+                m.d.comb += [port.en[b].eq((chosen & Cat(*(e.rows_target == target for e in engines))).any()),
+                             port.urgent[b].eq((asks & urgent).any()),
+                             port.row[b].eq(select(index, rows)),
+                             port.data[b].eq(select(index, [e.rows.data.as_value() for e in engines])),
+                             port.mask[b].eq(select(index, [e.rows.mask for e in engines]))]
+            grants.append((chosen, (Cat(*(port.ready[b] for port in into.values())) & Cat(*(port.en[b] for port in into.values()))).any()))
+        for k, engine in enumerate(engines):
+            m.d.comb += engine.rows.ready.eq(Cat(*(chosen[k] & granted for chosen, granted in grants)).any())
+
     def elaborate(self, platform):
         m = Module()
         cfg, P, B = self.cfg, self.width, self.beat_words
@@ -517,10 +551,9 @@ class DMAUnit(wiring.Component):
         for index, (port, engine) in enumerate(zip(self.ports, engines)):
             m.submodules[f"{port}_engine"] = engine
             wiring.connect(m, engine.axi, wiring.flipped(getattr(self, port)))
-            wiring.connect(m, engine.to_abuf, wiring.flipped(getattr(self, f"{port}_to_abuf")))
-            wiring.connect(m, engine.to_wbuf, wiring.flipped(getattr(self, f"{port}_to_wbuf")))
             m.d.comb += engine.base.eq(self.hbm_base[index] if index < C else self.host_base)
         self._store_reads(m, engines)
+        self._row_writes(m, engines)
         level = [engine.moved for engine in engines]       # the most any engine moved: a tree of maxima
         while len(level) > 1:
             level = [Mux(a > b, a, b) for a, b in zip(level[::2], level[1::2])] + level[len(level) // 2 * 2:]

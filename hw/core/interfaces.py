@@ -11,9 +11,10 @@
   address (`READ_LATENCY`). Signatures are seen from the unit (the unit drives the address).
 * `TileReadPort(lanes, words)`: `lanes` reads at once through the buffer's one read port per bank, which may
   take several cycles (`ready`); the matrix unit's tiles, the vector unit's operands.
-* `SharedReadPort(words)` / `RowWritePort(chunk, rows)` / `SharedWritePort(words)`: requesters of a group that
-  shares one read (write) port per memory, granted in priority order (`ready`), the reads ahead of the tile
-  ports; the DMA's beats and on-chip chunks, the router's payload and writes, the units' results.
+* `SharedReadPort(words)` / `RowWritePort(chunk, rows)` / `BankWritePort(chunk, banks)` / `SharedWritePort(words)`:
+  requesters of a group that shares one read (write) port per memory, granted in priority order (`ready`), the
+  reads ahead of the tile ports; the DMA's beats and on-chip chunks (its engines' rows one row per memory,
+  already chosen), the router's payload and writes, the units' results.
 * `Frozen`: a unit whose logic stops while its tile reads and shared writes wait.
 
 Checks every unit applies before it touches a buffer (`check_instruction`), derived from
@@ -207,6 +208,27 @@ class RowWritePort(wiring.Signature):
 
     def __repr__(self):
         return f"RowWritePort({self.chunk}, rows={self.rows})"
+
+
+class BankWritePort(wiring.Signature):
+    """A write of one row into each of the buffer's `banks` memories at once, the rows already chosen outside
+    the buffer (the DMA engines' crossbar, shared by ABUF and WBUF): memory b writes data[b] into its row
+    `row[b]` where mask[b], in the cycle in which en[b] and ready[b] are high. As a requester of the buffer's
+    write group each memory's row is one requester, granted on its own (`urgent[b]` ones first); ready[b]: no
+    requester granted before it writes memory b this cycle. A row past the buffer's end writes nothing."""
+
+    def __init__(self, chunk: int, banks: int):
+        self.chunk, self.banks = chunk, banks
+        super().__init__({"row": Out(data.ArrayLayout(ADDRESS_BITS, banks)),
+                          "data": Out(data.ArrayLayout(data.ArrayLayout(WORD, chunk), banks)),
+                          "mask": Out(data.ArrayLayout(chunk, banks)), "en": Out(banks), "urgent": Out(banks),
+                          "ready": In(banks)})
+
+    def __eq__(self, other):
+        return type(other) is BankWritePort and (other.chunk, other.banks) == (self.chunk, self.banks)
+
+    def __repr__(self):
+        return f"BankWritePort({self.chunk}, banks={self.banks})"
 
 
 class Frozen:
