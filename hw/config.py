@@ -153,9 +153,10 @@ class ArchConfig:
 
     @property
     def weight_align(self) -> int:
-        """Words on whose multiples a MATMUL's or MASKED_QK's weights in WBUF (src2) start, and of which their
-        column stride (src2_stride) is a multiple: mac_width, so each lane's weight tile is one memory row of
-        WBUF (hw/core/buffers.py, an aligned TileReadPort lane); the compiler pads WBUF columns to it."""
+        """Words on whose multiples a MATMUL's or MASKED_QK's weights (src2, in WBUF or ABUF) start, and of which
+        their column stride (src2_stride) is a multiple: mac_width, so each lane's weight tile is one memory row
+        of its buffer (hw/core/buffers.py, an aligned TileReadPort lane); the compiler pads weight columns and the
+        attention's key slots and V^T rows to it (host/compiler/layout.py, weight_stride and KVArea)."""
         return self.mac_width
 
     @property

@@ -268,18 +268,17 @@ OPCODES: dict[Opcode, OpSpec] = {
                           "src2[src2 + j*src2_stride + 0:k]) (+ aux[aux + j] in FP32 when aux is set); "
                           "dst[dst + r*dst_stride + j] = fp16(acc), then GELU when the gelu flag is set "
                           "(numerics.matmul: exact products, mac_width folding tree, tile accumulation). "
-                          "The weight operand is column-major: column j is k contiguous words. In WBUF, src2 and "
-                          "src2_stride are multiples of weight_align (mac_width) words, else the unit refuses the "
-                          "word (MISALIGNED)",
+                          "The weight operand is column-major: column j is k contiguous words. src2 and src2_stride are "
+                          "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED)",
                           {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
                            "aux": (Space.NONE, Space.ABUF, Space.WBUF)},
                           ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride"), flags=("gelu",)),
     Opcode.MASKED_QK: OpSpec(Unit.MATRIX, "attention scores with causal mask, and each row's maximum",
                              "for r < rows, j < n: dst[dst + r*dst_stride + j] = -Inf if j > pos + r else "
                              "fp16(dot(src1[src1 + r*src1_stride + 0:k], src2[src2 + j*src2_stride + 0:k])); "
-                             "aux[aux + r*aux_stride] = max_j of that row (numerics.reduce_max). In WBUF, src2 and "
-                             "src2_stride are multiples of weight_align (mac_width) words, else the unit refuses "
-                             "the word (MISALIGNED)",
+                             "aux[aux + r*aux_stride] = max_j of that row (numerics.reduce_max). src2 and src2_stride "
+                             "are multiples of weight_align (mac_width) words, else the unit refuses the word "
+                             "(MISALIGNED)",
                              {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
                               "aux": (Space.ABUF,)},
                              ("rows", "n", "k", "pos"), STRIDES),

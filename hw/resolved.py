@@ -8,7 +8,7 @@ fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
 * `resolve_run` / `with_gather_slices`: a whole card program resolved for one run, as the cards execute it.
 * `Block`, `access_blocks`, `access_ranges`: the exact words an instruction reads and writes, and their
   bounding ranges (the scoreboard's rule).
-* `misaligned_weights`: the matrix unit's alignment rule for weights in WBUF.
+* `misaligned_weights`: the matrix unit's alignment rule for its weights (src2, in WBUF or ABUF).
 """
 from __future__ import annotations
 
@@ -133,14 +133,16 @@ def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
 
 
 def misaligned_weights(r: Resolved, align: int) -> str | None:
-    """Why a MATMUL's or MASKED_QK's weights break the matrix unit's alignment rule, or None: in WBUF, src2 and
-    src2_stride must be multiples of `align` words (ArchConfig.weight_align), so that each lane's weight tile is one
-    memory row (the RTL refuses the word with ErrorCode.MISALIGNED). An empty instruction (rows or n 0) is exempt."""
-    if r.op not in (Opcode.MATMUL, Opcode.MASKED_QK) or r.src2[0] is not Space.WBUF or not (r.rows and r.n):
+    """Why a MATMUL's or MASKED_QK's weights break the matrix unit's alignment rule, or None: src2 and src2_stride
+    must be multiples of `align` words (ArchConfig.weight_align), in WBUF or ABUF, so that each lane's weight tile
+    is one memory row (the RTL refuses the word with ErrorCode.MISALIGNED). An empty instruction (rows or n 0) is
+    exempt."""
+    if r.op not in (Opcode.MATMUL, Opcode.MASKED_QK) or not (r.rows and r.n):
         return None
     if r.src2[1] % align or r.src2_stride % align:
-        return (f"its weights (src2) at WBUF word {r.src2[1]} with column stride {r.src2_stride} are not on "
-                f"{align}-word boundaries (the matrix unit reads each lane's weight tile from one WBUF row)")
+        space = r.src2[0].name
+        return (f"its weights (src2) at {space} word {r.src2[1]} with column stride {r.src2_stride} are not on "
+                f"{align}-word boundaries (the matrix unit reads each lane's weight tile from one {space} row)")
     return None
 
 

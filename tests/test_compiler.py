@@ -121,9 +121,11 @@ def test_segments_lie_in_weight_regions_and_hold_transposed_weights(tiny):
 @pytest.mark.parametrize("cards", [1, 2])
 def test_weight_columns_are_padded_to_tile_boundaries(cards):
     """n_embd = 48 at u280 (weight_align 64): every weight column of k = 48 in HBM and WBUF is 64 words apart (48
-    words, 16 zeros), and so are wte's rows (the tied LM head's columns, GATHER's table), so that every MATMUL's WBUF weights
-    start and step on 64-word boundaries (hw/resolved.misaligned_weights); the run's logits are within LOGITS_BOUND
-    of the FP32 reference."""
+    words, 16 zeros), and so are wte's rows (the tied LM head's columns, GATHER's table); the attention's keys (head_dim
+    16) lie in 64-word slots and V^T in rows of 64 (max_context 16) in the KV areas (layout.KVArea), so that every
+    MATMUL's and MASKED_QK's weights, in WBUF and ABUF, start and step on 64-word boundaries
+    (hw/resolved.misaligned_weights); the logits of a prompt run and of a decode step after it (whose keys and values
+    come back from the HBM cache) are within LOGITS_BOUND of the FP32 reference."""
     from ringgpt.host.runtime import LOGITS_BOUND, relative_rms
     from ringgpt.hw.resolved import misaligned_weights, resolve_run, with_gather_slices
     model = load_model("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", seed=3)
@@ -132,6 +134,11 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     runs = with_gather_slices([resolve_run(card.program.instructions, c, 2, 3) for c, card in enumerate(image.cards)])
     matmuls = [r for run in runs for r in run if r is not None and r.op is Opcode.MATMUL and r.src2[0] is Space.WBUF]
     assert {r.src2_stride for r in matmuls} == {64, 192}      # k = 48 padded; fc2's k = n_inner = 192
+    attention = [r for run in runs for r in run if r is not None and r.op in (Opcode.MATMUL, Opcode.MASKED_QK)
+                 and r.src2[0] is Space.ABUF]
+    key_rows = {1: {3 * 64}, 2: {2 * 64, 64}}[cards]         # the card's heads (3, or 2 and 1) a 64-word slot each
+    assert {(r.op, r.src2_stride) for r in attention} == {(Opcode.MASKED_QK, row) for row in key_rows} | {
+        (Opcode.MATMUL, 64)}
     assert not [r for run in runs for r in run if r is not None and misaligned_weights(r, cfg.weight_align)]
     gather = next(r for r in runs[0] if r is not None and r.op is Opcode.GATHER)
     assert gather.src1_stride == 64
@@ -140,10 +147,11 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     assert not wte[:, 48:].any()
     prompt = [5, 17, 42, 9]
     appliance = Appliance(SimulatorDevice(cfg), image)
-    appliance.prefill(prompt)
-    with torch.no_grad():
-        want = model(torch.tensor([prompt])).logits[0, -1].numpy()
-    assert relative_rms(appliance.logits(), want) <= LOGITS_BOUND
+    for ids in (prompt[:3], prompt[3:]):                # a prompt run, then a decode step
+        appliance.prefill(ids, pos=0 if len(ids) > 1 else 3)
+        with torch.no_grad():
+            want = model(torch.tensor([prompt[:3] + ids[:1] if len(ids) == 1 else ids])).logits[0, -1].numpy()
+        assert relative_rms(appliance.logits(), want) <= LOGITS_BOUND
 
 
 def test_q_weights_carry_the_attention_scale(tiny):
@@ -167,7 +175,7 @@ def _builder(model, cards: int, card: int) -> CardBuilder:
     dims = ModelDims.of(model)
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, cards, cfg.mpu_lanes)
     shapes = [CardShape(b - a, v1 - v0) for (a, b), (v0, v1) in zip(part.heads, part.vocab)]
-    plans = choose_abuf_plans(cfg.abuf_words, dims.n_embd, dims.n_inner, 64, shapes, 64)
+    plans = choose_abuf_plans(cfg.abuf_words, dims.n_embd, dims.n_inner, 64, shapes, 64, align=cfg.weight_align)
     ctx = Context(model, cfg, dims, part, 64, plans, 2, cfg.wbuf_words // 2, True, 0, 0)
     return CardBuilder(ctx, card)
 

@@ -131,11 +131,11 @@ def test_masked_qk_masks_future_positions_and_writes_row_max(rng):
     rows, n, k, pos = 3, 9, 16, 4
     q, keys = rand16(rng, rows, k), rand16(rng, n, k)
     device = device_for(f"""
-        MASKED_QK dst=ABUF[500] src1=ABUF[0] src2=ABUF[100] aux=ABUF[900] rows=r2 n={n} k={k} pos=r1
+        MASKED_QK dst=ABUF[500] src1=ABUF[0] src2=ABUF[104] aux=ABUF[900] rows=r2 n={n} k={k} pos=r1
                   dst_stride=12 src1_stride={k} src2_stride={k} aux_stride=2
         HALT""".replace("\n                  ", " "))
     put(device, Space.ABUF, 0, q)
-    put(device, Space.ABUF, 100, keys)
+    put(device, Space.ABUF, 104, keys)
     device.run(pos=pos, rows=rows)
     want = nm.matmul(q, keys.T, CFG.mac_width)
     for r in range(rows):
@@ -515,20 +515,21 @@ def test_timing_only_run_models_the_same_schedule_without_data(rng):
 
 
 @pytest.mark.parametrize("compute", [True, False])
-@pytest.mark.parametrize("src2, stride", [("WBUF[100]", 16), ("WBUF[96+r3]", 16), ("WBUF[96]", 12)])
-def test_weights_in_wbuf_off_tile_boundaries_fault(compute, src2, stride):
-    """The matrix unit's alignment rule (hw/resolved.misaligned_weights; the RTL's ErrorCode.MISALIGNED): WBUF
-    weights start on, and step by, multiples of weight_align words (8 at sim-small), in full and timing-only
-    runs; the same weights in ABUF, or aligned in WBUF, run."""
+@pytest.mark.parametrize("space", ["WBUF", "ABUF"])
+@pytest.mark.parametrize("src2, stride", [("[100]", 16), ("[96+r3]", 16), ("[96]", 12)])
+def test_weights_off_tile_boundaries_fault(compute, space, src2, stride):
+    """The matrix unit's alignment rule (hw/resolved.misaligned_weights; the RTL's ErrorCode.MISALIGNED): its
+    weights, in WBUF or ABUF, start on, and step by, multiples of weight_align words (8 at sim-small), in full
+    and timing-only runs; aligned ones run."""
     def program(src2, stride):
-        return (f"SETI rd=r3 imm=2\nMATMUL dst=ABUF[0] src1=ABUF[64] src2={src2} rows=1 n=2 k=8 dst_stride=2 src1_stride=8 "
-                f"src2_stride={stride}\nHALT")
+        return (f"SETI rd=r3 imm=2\nMATMUL dst=ABUF[0] src1=ABUF[64] src2={space}{src2} rows=1 n=2 k=8 dst_stride=2 "
+                f"src1_stride=8 src2_stride={stride}\nHALT")
     device = device_for(program(src2, stride), compute=compute)
-    with pytest.raises(AlignmentFault, match=r"not on 8-word boundaries") as info:
+    with pytest.raises(AlignmentFault, match=rf"{space} word .* not on 8-word boundaries") as info:
         device.run(0, 1)
     assert (info.value.card, info.value.pc) == (0, 1)
-    device_for(program(src2.replace("WBUF", "ABUF"), stride), compute=compute).run(0, 1)
-    device_for(program("WBUF[96+r3]", 16).replace("imm=2", "imm=8"), compute=compute).run(0, 1)
+    device_for(program("[96+r3]", 16).replace("imm=2", "imm=8"), compute=compute).run(0, 1)
+    device_for(program("[96]", 24), compute=compute).run(0, 1)
 
 
 def test_timing_only_run_still_checks_addresses():

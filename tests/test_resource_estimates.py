@@ -47,10 +47,12 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
     lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
     assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 3
     assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 1024
-    # ABUF: 21 tile lanes, 3 shared reads (their 2,048-bit pairs of rows), 4 shared writes (8 candidates), the
-    # on-chip DMA's two rows and the crossbar's one (11 candidates) to choose among
+    # ABUF: the matrix unit's 16 aligned key/V^T lanes, 5 tile lanes, 3 shared reads (their 2,048-bit pairs of rows),
+    # 4 shared writes (8 candidates), the on-chip DMA's two rows and the crossbar's one (11 candidates) to choose among
     assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
-    assert ports["ABUF"]["LUT"] == 21 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 + 17 * (1024 + 64 + 11) * 11
+    assert ports["requesters"]["ABUF"]["aligned tile lane of 64"] == 16
+    assert ports["ABUF"]["LUT"] == 16 * aligned + 5 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 \
+        + 17 * (1024 + 64 + 11) * 11
     # the DMA's crossbar for both buffers: each of 17 memories selects a row, its enables and a 32-bit row address
     # among the 33 AXI ports' engines
     assert ports["crossbar"]["LUT"] == 17 * (1024 + 64 + 32) * 33

@@ -9,8 +9,8 @@ import numpy as np
 
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
-from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, Stat, align_up, card_shapes,
-                                          choose_abuf_plans, chunk_count, gathered_spans, piece_spans,
+from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, KVArea, Stat, align_up,
+                                          card_shapes, choose_abuf_plans, chunk_count, gathered_spans, piece_spans,
                                           weight_slot_words, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
@@ -142,6 +142,8 @@ class CardBuilder:
         self.inputs = [d, d, d, dims.n_inner]
         groups = -(-self.local_heads // self.plan.kv_group) if self.local_heads else 0
         self.groups = split(self.local_heads, groups) if groups else ()
+        self.kv_area = KVArea(hd, ctx.max_context, self.plan.kv_group, ctx.config.weight_align)
+        """Where a head group's keys and V^T lie in a KV area (their columns on weight_align boundaries)."""
         self._layout()
 
     # --- HBM ------------------------------------------------------------------------------------
@@ -327,7 +329,7 @@ class CardBuilder:
         a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-dims.n_embd)
         self.width_reg = {}
         for start, stop in self.groups:
-            width = (stop - start) * dims.head_dim
+            width = self.kv_area.key_row(stop - start)
             if width not in self.width_reg:
                 number = FIRST_FREE_REG + len(self.width_reg)
                 assert number < NUM_REGS
@@ -431,18 +433,27 @@ class CardBuilder:
     def _attention_inputs(self, layer: int, group: int) -> int:
         """Emits the LOADs of a head group's earlier keys and values (rows 0 .. pos - 1 of the layer's KV cache)
         into its KV area (V transposed); returns the area's address."""
-        plan, hd, tmax, width = self.plan, self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
+        plan, hd, tmax, width, kv = self.plan, self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width, self.kv_area
         start, stop = self.groups[group]
-        gw = (stop - start) * hd
-        area = plan["KV"] + (self.area_counter % plan.kv_areas) * 2 * plan.kv_group * hd * tmax
+        gw, key_row = (stop - start) * hd, kv.key_row(stop - start)
+        area = plan["KV"] + (self.area_counter % plan.kv_areas) * kv.words
         self.area_counter += 1
         cache, (keys, values) = self.kv[layer], self._kv_names(layer, group)
-        self.asm(Opcode.LOAD, dst=abuf(area), src1=hbm(cache + start * hd), rows=reg(POS), n=gw, dst_stride=gw,
-                 src1_stride=width, writes=keys, reads=f"KV cache L{layer}")
-        self.asm(Opcode.LOAD, dst=abuf(area + tmax * plan.kv_group * hd),
-                 src1=hbm(cache + tmax * width + start * hd * tmax), rows=gw, n=reg(POS), dst_stride=tmax,
+        for h0, h1, offset in self._key_slots(start, stop):
+            self.asm(Opcode.LOAD, dst=abuf(area + offset), src1=hbm(cache + h0 * hd), rows=reg(POS), n=(h1 - h0) * hd,
+                     dst_stride=key_row, src1_stride=width, writes=keys, reads=f"KV cache L{layer}")
+        self.asm(Opcode.LOAD, dst=abuf(area + kv.values),
+                 src1=hbm(cache + tmax * width + start * hd * tmax), rows=gw, n=reg(POS), dst_stride=kv.value_row,
                  src1_stride=tmax, writes=values, reads=f"KV cache L{layer}")
         return area
+
+    def _key_slots(self, start: int, stop: int) -> list:
+        """The copies that put heads start .. stop - 1's keys into their slots of a KV area: (first head, end head,
+        offset in a key row); one copy of all when a key fills its slot (key_words = head_dim), else one a head."""
+        kv = self.kv_area
+        if kv.key_words == kv.head_dim:
+            return [(start, stop, 0)]
+        return [(h, h + 1, (h - start) * kv.key_words) for h in range(start, stop)]
 
     def _append_kv(self, layer: int) -> None:
         """Appends the run's new K rows of every local head to the layer's K cache in HBM (position-major, as
@@ -460,7 +471,7 @@ class CardBuilder:
         scores are issued before head h's weighted sum, so the matrix unit works while the vector unit does
         head h's softmax; with one KV area (or one score area) the pending weighted sum is issued before the
         area is overwritten."""
-        plan, a = self.plan, self.asm
+        plan, a, kv = self.plan, self.asm, self.kv_area
         hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
         qkv, pending, L = plan["QKV"], None, f"L{layer}."
         for group, (start, stop) in enumerate(self.groups):
@@ -469,15 +480,18 @@ class CardBuilder:
                 self._weighted_values(*pending)
                 pending = None
             area = first_area if group == 0 else self._attention_inputs(layer, group)
-            gw = (stop - start) * hd
-            keys, values_t = area, area + tmax * plan.kv_group * hd
+            gw, key_row = (stop - start) * hd, kv.key_row(stop - start)
+            keys, values_t = area, area + kv.values
             key_name, value_name = self._kv_names(layer, group)
-            a(Opcode.LOAD, dst=abuf(keys, self.width_reg[gw]), src1=abuf(qkv + start * hd), rows=reg(ROWS),
-              n=gw, dst_stride=gw, src1_stride=3 * width, writes=key_name, reads=L + "qkv")
+            for h0, h1, offset in self._key_slots(start, stop):
+                a(Opcode.LOAD, dst=abuf(keys + offset, self.width_reg[key_row]), src1=abuf(qkv + h0 * hd),
+                  rows=reg(ROWS), n=(h1 - h0) * hd, dst_stride=key_row, src1_stride=3 * width, writes=key_name,
+                  reads=L + "qkv")
             a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
-              dst_stride=tmax, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name, reads=L + "qkv")
+              dst_stride=kv.value_row, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name,
+              reads=L + "qkv")
             a(Opcode.STORE, dst=hbm(self.kv[layer] + tmax * width + start * hd * tmax, POS), src1=abuf(values_t, POS),
-              rows=gw, n=reg(ROWS), dst_stride=tmax, src1_stride=tmax, writes=f"KV cache L{layer}",
+              rows=gw, n=reg(ROWS), dst_stride=tmax, src1_stride=kv.value_row, writes=f"KV cache L{layer}",
               reads=value_name)
             if group == len(self.groups) - 1:
                 self.stream.hold = len(self.pieces)
@@ -487,11 +501,11 @@ class CardBuilder:
                     # One score area: head h's scores overwrite the pending head's.
                     self._weighted_values(*pending)
                     pending = None
-                scores = self._scores(layer, h, keys + (h - start) * hd, gw, key_name)
+                scores = self._scores(layer, h, keys + (h - start) * kv.key_words, key_row, key_name)
                 if pending:
                     self._weighted_values(*pending)
                 self._softmax(layer, h, scores)
-                pending = (layer, h, scores, values_t + (h - start) * hd * tmax, value_name)
+                pending = (layer, h, scores, values_t + (h - start) * hd * kv.value_row, value_name)
         if pending:
             self._weighted_values(*pending)
 
@@ -543,7 +557,8 @@ class CardBuilder:
         plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
         self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
                  rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
-                 src2_stride=tmax, writes=f"L{layer}.attn", reads=(self._head_names(layer, h)[0], value_name))
+                 src2_stride=self.kv_area.value_row, writes=f"L{layer}.attn",
+                 reads=(self._head_names(layer, h)[0], value_name))
 
 
 @dataclass
@@ -594,7 +609,7 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align)
     shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
     plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
-                              kv_group, max_rows)
+                              kv_group, max_rows, align=config.weight_align)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.hbm_port_bits // 16)
     ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, slot_words,

@@ -35,9 +35,44 @@ def align_up(value: int, align: int) -> int:
 
 def weight_stride(k: int, align: int) -> int:
     """Words from one weight column (k words) to the next, in HBM and in the weight buffer: k rounded up to `align`
-    (ArchConfig.weight_align: the matrix unit reads each lane's weight tile from one WBUF row, hw/resolved.py's
+    (ArchConfig.weight_align: the matrix unit reads each lane's weight tile from one buffer row, hw/resolved.py's
     misaligned_weights); the words between are zero."""
     return align_up(k, align)
+
+
+@dataclass(frozen=True)
+class KVArea:
+    """Where a head group's keys and values lie in one of the activation buffer's KV areas, as the weights of
+    attention's MASKED_QK (the keys) and MATMUL (V^T), so on `align`-word boundaries (ArchConfig.weight_align,
+    hw/resolved.py's misaligned_weights): the keys position-major, a head's key in a slot of `key_words` (head_dim
+    rounded up to align), a position's row the group's slots; then V^T, one row of `value_row` words (max_context
+    rounded up to align) per dimension of the group's heads. GPT-2's head_dim (64) and a max_context of a
+    multiple of 64 need no rounding at u280."""
+    head_dim: int
+    max_context: int
+    kv_group: int
+    align: int
+
+    @property
+    def key_words(self) -> int:
+        return align_up(self.head_dim, self.align)
+
+    @property
+    def value_row(self) -> int:
+        return align_up(self.max_context, self.align)
+
+    def key_row(self, heads: int) -> int:
+        """Words from one position's keys of `heads` heads to the next."""
+        return heads * self.key_words
+
+    @property
+    def values(self) -> int:
+        """V^T's offset in the area (after max_context rows of kv_group heads' keys)."""
+        return self.max_context * self.key_row(self.kv_group)
+
+    @property
+    def words(self) -> int:
+        return self.values + self.kv_group * self.head_dim * self.value_row
 
 
 def weight_slot_words(wbuf_words: int, slots: int, align: int) -> int:
@@ -105,7 +140,8 @@ class AbufPlan:
     over a layer: first the gathered attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the
     score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it.
     Fixed regions: LayerNorm parameters (two layers' worth, alternating), KV areas (each a head group's
-    K [max_context x G hd] then V^T [G hd x max_context]), the final LayerNorm output and the logits.
+    K [max_context x G hd] then V^T [G hd x max_context], their columns on weight_align boundaries: KVArea; the
+    region starts on one), the final LayerNorm output and the logits.
     """
     max_rows: int
     kv_group: int
@@ -180,28 +216,35 @@ def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas
             "BIG": max(n_inner, d + qkv_width + score_areas * max_context)}
 
 
-def _fixed(d: int, head_dim: int, card: CardShape, max_context: int, kv_group: int, kv_areas: int) -> dict:
-    return {"LNP": 2 * 4 * d, "LNFP": 2 * d, "KV": kv_areas * 2 * kv_group * head_dim * max_context,
+def _fixed(d: int, card: CardShape, kv: KVArea, kv_areas: int) -> dict:
+    return {"LNP": 2 * 4 * d, "LNFP": 2 * d, "KV": kv_areas * kv.words,
             "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
             "CHUNK_MAX": chunk_count(card.vocab_slice)}
 
 
+def _fixed_regions(fixed: dict, align: int) -> tuple[dict, int]:
+    """The fixed regions one after the other, KV's start rounded up to `align`; and the first word after them."""
+    regions, top = {}, 0
+    for name, size in fixed.items():
+        top = align_up(top, align) if name == "KV" else top
+        regions[name] = (top, size)
+        top += size
+    return regions, top
+
+
 def plan_abuf(abuf_words: int, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int,
-              kv_group: int, kv_areas: int, score_areas: int, max_rows: int | None = None) -> AbufPlan | None:
-    """The plan for one card: with max_rows None, the most rows that fit (capped at max_context);
-    None when not even one row fits."""
+              kv_group: int, kv_areas: int, score_areas: int, max_rows: int | None = None, *,
+              align: int) -> AbufPlan | None:
+    """The plan for one card (KV areas on `align`-word boundaries, ArchConfig.weight_align): with max_rows None,
+    the most rows that fit (capped at max_context); None when not even one row fits."""
     kv_group = min(kv_group, card.local_heads)
     qkv_width = 3 * card.local_heads * head_dim
     per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc)
-    fixed = _fixed(d, head_dim, card, max_context, kv_group, kv_areas)
+    regions, top = _fixed_regions(_fixed(d, card, KVArea(head_dim, max_context, kv_group, align), kv_areas), align)
     if max_rows is None:
-        max_rows = min(max_context, (abuf_words - sum(fixed.values())) // sum(per_row.values()))
+        max_rows = min(max_context, (abuf_words - top) // sum(per_row.values()))
         if max_rows < 1:
             return None
-    regions, top = {}, 0
-    for name, size in fixed.items():
-        regions[name] = (top, size)
-        top += size
     for name, size in per_row.items():
         regions[name] = (top, size * max_rows)
         top += size * max_rows
@@ -226,11 +269,11 @@ def _candidates(max_heads: int):
 
 
 def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
-                      kv_group: int | None = None, row_cap: int | None = None) -> list:
+                      kv_group: int | None = None, row_cap: int | None = None, *, align: int) -> list:
     """One plan per card (CardShape each), all with the same max_rows: the first candidate (largest KV group,
     double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context, row_cap) rows per run,
-    else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size. Raises
-    CapacityError if no row fits."""
+    else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size; `align` is
+    ArchConfig.weight_align (KVArea). Raises CapacityError if no row fits."""
     max_heads = max(max(c.local_heads for c in cards), 1)
     row_cap = min(max_context, row_cap or max_context)
     target = min(ROW_TARGET, row_cap)
@@ -238,8 +281,8 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
     for group, kv_areas, score_areas in _candidates(max_heads):
         if kv_group is not None and group != min(kv_group, max_heads):
             continue
-        plans = [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas)
-                 for c in cards]
+        plans = [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas,
+                           align=align) for c in cards]
         if any(p is None for p in plans):
             continue
         rows = min(p.max_rows for p in plans)
@@ -249,12 +292,13 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
             break
     if best is None:
         worst = max(cards, key=lambda c: (c.local_heads, c.vocab_slice))
-        need = sum(_fixed(d, head_dim, worst, max_context, min(kv_group or 1, worst.local_heads), 1).values()) + sum(
+        kv = KVArea(head_dim, max_context, min(kv_group or 1, worst.local_heads), align)
+        need = _fixed_regions(_fixed(d, worst, kv, 1), align)[1] + sum(
             _per_row(d, n_inner, 3 * worst.local_heads * head_dim, max_context, 1, worst.staged_fc).values())
         raise CapacityError(f"the activation buffer ({abuf_words:,} words) cannot hold even one token's activations "
                             f"and one head group's KV cache for max_context={max_context} ({need:,} words): "
                             "lower max_context, use more cards or a smaller KV group")
     rows, group, kv_areas, score_areas = best
     rows = min(rows, row_cap)
-    return [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows)
-            for c in cards]
+    return [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows,
+                      align=align) for c in cards]

@@ -95,7 +95,8 @@ class MatrixUnit(wiring.Component):
         """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
         self.x_lane, self.bias_lane = L, {Space.ABUF: L + 1, Space.WBUF: L}    # x: in ABUF's port
-        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,))),
+        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,),
+                                                         aligned=(True,) * L + (False, False))),
                  "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,), aligned=(True,) * L + (False,)))}
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
@@ -134,9 +135,9 @@ class MatrixUnit(wiring.Component):
                     & fits(s_dst, dst, rows, n, r["dst_stride"])
                     & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
                           Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
-        # WBUF weights on weight_align boundaries: each lane's tile is one row of WBUF's memories (an aligned lane)
+        # weights on weight_align boundaries: each lane's tile is one row of its buffer's memories (an aligned lane)
         la = _log2(cfg.weight_align)
-        misaligned = (s_src2 == Space.WBUF) & ((src2[:la] != 0) | (r["src2_stride"][:la] != 0))
+        misaligned = (src2[:la] != 0) | (r["src2_stride"][:la] != 0)
         code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, misaligned=misaligned,
                           out_of_range=~in_range)
 

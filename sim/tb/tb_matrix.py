@@ -60,11 +60,9 @@ def matrix_case(rng, cfg, op: Opcode):
         w_space = Space.WBUF if rng.random() < 0.6 else Space.ABUF
         abuf = {"src1": extent(rows, k, s1), "dst": extent(rows, n, sd)}
         wbuf = {}
-        if w_space == Space.WBUF:       # on weight_align boundaries (its block has room to round its base up)
-            s2 = -(-s2 // cfg.weight_align) * cfg.weight_align
-            wbuf["src2"] = extent(n, k, s2) + cfg.weight_align - 1
-        else:
-            abuf["src2"] = extent(n, k, s2)
+        # the weights on weight_align boundaries (their block has room to round its base up)
+        s2 = -(-s2 // cfg.weight_align) * cfg.weight_align
+        (wbuf if w_space == Space.WBUF else abuf)["src2"] = extent(n, k, s2) + cfg.weight_align - 1
         aux_space, sa = Space.NONE, 0
         if op == Opcode.MASKED_QK:
             aux_space, sa = Space.ABUF, int(rng.integers(1, 4))
@@ -76,8 +74,7 @@ def matrix_case(rng, cfg, op: Opcode):
         if a_bases is not None and w_bases is not None:
             break
     bases = {**a_bases, **w_bases}
-    if w_space == Space.WBUF:
-        bases["src2"] = -(-bases["src2"] // cfg.weight_align) * cfg.weight_align
+    bases["src2"] = -(-bases["src2"] // cfg.weight_align) * cfg.weight_align
     regs = new_regs()
     spaces = {"dst": Space.ABUF, "src1": Space.ABUF, "src2": w_space, "aux": aux_space}
 
@@ -157,13 +154,16 @@ async def bad_instructions_raise_errors(dut):
              ErrorCode.OUT_OF_RANGE),
         ]
     cases.append(("gelu on MASKED_QK", inst, regs, set_field(inst.encode(), "flags.gelu", 1), ErrorCode.RESERVED))
-    # weights in WBUF off weight_align boundaries: their start (through R3 = 1), or their column stride
+    # weights off weight_align boundaries, in WBUF and in ABUF: their start (through R3 = 1), or their column stride
     align = cfg.weight_align
     aligned = dict(dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.ABUF, 0, 512), src2=Operand(Space.WBUF, 0, 0),
                    rows=Dim(0, 2), n=Dim(0, 3), k=Dim(0, align), dst_stride=3, src1_stride=align, src2_stride=align)
     r3 = [0, 0, 0, 1] + [0] * 12
     for label, change in (("WBUF weights start off a tile boundary", {"src2": Operand(Space.WBUF, 3, 2 * align)}),
-                          ("WBUF weights step off a tile boundary", {"src2_stride": align + align // 2})):
+                          ("WBUF weights step off a tile boundary", {"src2_stride": align + align // 2}),
+                          ("ABUF weights start off a tile boundary", {"src2": Operand(Space.ABUF, 3, 1024)}),
+                          ("ABUF weights step off a tile boundary", {"src2": Operand(Space.ABUF, 0, 1024),
+                                                                     "src2_stride": 2 * align - 1})):
         misaligned = Instruction.make(Opcode.MATMUL, **{**aligned, **change})
         cases.append((label, misaligned, r3, misaligned.encode(), ErrorCode.MISALIGNED))
     vadd = Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF), src2=Operand(Space.ABUF),
@@ -181,8 +181,8 @@ async def bad_instructions_raise_errors(dut):
 async def full_rate(dut):
     """Enough (row, column group) pairs for the accumulator loop: one beat per cycle, the busy
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
-    stalls are the cycle model's (none for weight rows a whole number of chunks apart; rows 2 * mac_width + 1
-    apart, in ABUF, stall), and by hand where a pair's bias shares a memory with a weight tile (one a
+    stalls are the cycle model's (none for weight rows a whole number of chunks apart, as the alignment rule
+    makes them), and by hand where a pair's bias shares a memory with a weight tile (one a
     pair), the x tile with a key tile (one a row; one a run of beats that re-use it), a row maximum with results in one
     memory (one), or both buffers take several cycles (the slower's)."""
     tb = DatapathTB(dut)
@@ -197,8 +197,8 @@ async def full_rate(dut):
     abuf = lambda address: Operand(Space.ABUF, 0, address)      # noqa: E731
     for op, rows, n, k, extra, stalls in (
             (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0),
-            # weight rows 2 * W + 1 apart (in ABUF: WBUF's weights lie on mac_width boundaries)
-            (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": abuf(1536)}, None),
+            # weights in ABUF, columns of 2 * W + 1 words 3 * W apart: three tiles, the last one word
+            (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": abuf(1536), "src2_stride": 3 * W}, None),
             # 6 pairs, one beat each: row 1's maximum (aux 901, chunk 112: memory 2) is written with pair 5's
             # results (row 2, group 1: words 20..23, chunk 2: memory 2), so one waits a cycle
             (Opcode.MASKED_QK, 3, 2 * L, W, {}, 1), (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
