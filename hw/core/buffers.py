@@ -67,6 +67,14 @@ def select(index, values: list) -> Value:
     return Cat(*(Cat(v, Const(0, width - len(v))) for v in values)).word_select(index, width)
 
 
+def one_hot_index(bits) -> Value:
+    """The number of the one set bit of `bits` (0 when none): the OR of the numbers of the set bits, so `bits`
+    must have one set at most (a grant), the index `select` takes."""
+    bits = Value.cast(bits)
+    width = max(1, (len(bits) - 1).bit_length())
+    return Cat(*(Cat(*(bits[k] for k in range(len(bits)) if k >> i & 1)).any() for i in range(width)))
+
+
 def words_at(window, offset, words: int) -> Value:
     """The `words` FP16 words of `window` from word `offset` on: a read's words out of its two rows, shifted in
     radix-4 stages (two offset bits each, the highest first), each stage keeping only the words the later stages
@@ -210,71 +218,73 @@ class BankedBuffer(wiring.Component):
 
     def _writes(self, m: Module, mems: list):
         """One write port per memory for the RowWritePorts, the BankWritePorts and the SharedWritePorts (in that
-        order; `_grants`): each memory writes the row (and word enables) of the granted requester whose first or
-        second chunk lies in it. A shared write's words are shifted into the two chunks of its address, and it
-        claims both when its window runs past the first; a BankWritePort is one requester per memory, whose row
-        is a candidate of that memory alone."""
+        order; `_grants`; their requests `_chunk_write`, `_bank_writes`): each memory writes the row (and word
+        enables) of the granted requester whose first or second chunk lies in it."""
         if not (self.row_writes or self.bank_writes or self.shared_writes):
             return
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
-        requests, touches, urgents = [], [], []
-        for name in self.bank_writes:
-            port = getattr(self, name)
-            for b in range(P):
-                held = -(-(self.chunks - b) // P)       # the rows memory b holds
-                touch = Signal(P, name=f"{name}_b{b}_touch")
-                m.d.comb += touch.eq(port.en[b] << b)
-                requests.append((port.ready[b], ((b, port.row[b], port.data[b].as_value(), port.mask[b],
-                                                  port.row[b] < held),)))
-                touches.append(touch)
-                urgents.append(port.urgent[b])
-        bank_requests = (requests, touches, urgents)
-        requests, touches, urgents = [], [], []
-        for name in (*self.row_writes, *self.shared_writes):
-            port = getattr(self, name)
-            first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
-            if name in self.shared_writes:
-                offset = port.addr[:lc] if lc else 0
-                window = Signal(2 * C * WORD, name=f"{name}_window")
-                enables = Signal(2 * C, name=f"{name}_enables")
-                m.d.comb += [first.eq(port.addr >> lc), window.eq(placed(port.data.as_value(), offset)),
-                             enables.eq(port.mask << offset)]
-                claims = (1, offset + self.shared_writes[name] > C)
-            else:
-                window, enables = port.data.as_value(), port.mask
-                m.d.comb += first.eq(port.first)
-                claims = (enables[:C] != 0, enables[C:] != 0)[:self.row_writes[name]]
-            m.d.comb += [bank.eq(first % P), row.eq(first // P)]
-            wraps = bank == P - 1
-            halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
-                      (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks)
-                      )[:len(claims)]
-            touch = Signal(P, name=f"{name}_touch")
-            m.d.comb += [touch[b].eq(port.en & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
-                         for b in range(P)]
-            requests.append((port.ready, halves))
-            touches.append(touch)
-            urgents.append(port.urgent)
-        rows = len(self.row_writes)                     # the row writes, the bank writes, the shared writes
-        requests[rows:rows], touches[rows:rows], urgents[rows:rows] = bank_requests
-        readies = self._grants(m, touches, urgents, name="write")
-        for (ready_port, _), ready in zip(requests, readies):
+        P = self.banks
+        requests = [*(r for name in self.row_writes for r in self._chunk_write(m, name)),
+                    *(r for name in self.bank_writes for r in self._bank_writes(m, name)),
+                    *(r for name in self.shared_writes for r in self._chunk_write(m, name))]
+        readies = self._grants(m, [touch for _, _, touch, _ in requests], [urgent for *_, urgent in requests],
+                               name="write")
+        for (ready_port, *_), ready in zip(requests, readies):
             m.d.comb += ready_port.eq(ready)
         for b in range(P):
             # the grants give each memory to one requester at most, and a requester's two chunks lie in two
             # memories: at most one candidate is `mine`, so its number is the OR of the numbers of those that are
             candidates = [(ready & touch[b] & (hb == b if isinstance(hb, Value) else 1), hrow, hdata,
                            Mux(inside, hmask, 0))
-                          for (_, halves), ready, touch in zip(requests, readies, touches)
+                          for (_, halves, touch, _), ready in zip(requests, readies)
                           for hb, hrow, hdata, hmask, inside in halves if isinstance(hb, Value) or hb == b]
             mine = Cat(*(c[0] for c in candidates))
             index = Signal(range(max(2, len(candidates))), name=f"write_b{b}_index")
-            m.d.comb += index.eq(Cat(*(Cat(*(mine[k] for k in range(len(candidates)) if k >> i & 1)).any()
-                                       for i in range(len(index)))))
+            m.d.comb += index.eq(one_hot_index(mine))
             wp = mems[b].write_port(granularity=1)
             m.d.comb += [wp.addr.eq(select(index, [c[1] for c in candidates])),
                          wp.data.eq(select(index, [c[2] for c in candidates])),
                          wp.en.eq(Mux(mine.any(), select(index, [c[3] for c in candidates]), 0))]
+
+    def _chunk_write(self, m: Module, name: str) -> list:
+        """The write request of a RowWritePort or SharedWritePort: [(its ready, its one or two chunks' (memory, row,
+        row data, word enables, inside the buffer), the memories it claims, urgent)]. A shared write's words are
+        shifted into the two chunks of its address, and it claims both when its window runs past the first."""
+        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        port = getattr(self, name)
+        first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
+        if name in self.shared_writes:
+            offset = port.addr[:lc] if lc else 0
+            window = Signal(2 * C * WORD, name=f"{name}_window")
+            enables = Signal(2 * C, name=f"{name}_enables")
+            m.d.comb += [first.eq(port.addr >> lc), window.eq(placed(port.data.as_value(), offset)),
+                         enables.eq(port.mask << offset)]
+            claims = (1, offset + self.shared_writes[name] > C)
+        else:
+            window, enables = port.data.as_value(), port.mask
+            m.d.comb += first.eq(port.first)
+            claims = (enables[:C] != 0, enables[C:] != 0)[:self.row_writes[name]]
+        m.d.comb += [bank.eq(first % P), row.eq(first // P)]
+        wraps = bank == P - 1
+        halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
+                  (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks)
+                  )[:len(claims)]
+        touch = Signal(P, name=f"{name}_touch")
+        m.d.comb += [touch[b].eq(port.en & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
+                     for b in range(P)]
+        return [(port.ready, halves, touch, port.urgent)]
+
+    def _bank_writes(self, m: Module, name: str) -> list:
+        """The write requests of a BankWritePort, one a memory, as `_chunk_write`'s: memory b's row, a candidate of
+        memory b alone (its number a constant), inside the buffer when below the rows memory b holds."""
+        P, port = self.banks, getattr(self, name)
+        out = []
+        for b in range(P):
+            held = -(-(self.chunks - b) // P)
+            touch = Signal(P, name=f"{name}_b{b}_touch")
+            m.d.comb += touch.eq(port.en[b] << b)
+            out.append((port.ready[b], ((b, port.row[b], port.data[b].as_value(), port.mask[b], port.row[b] < held),),
+                        touch, port.urgent[b]))
+        return out
 
     def _reads(self, m: Module, mems: list):
         """One read port per memory for all the TileReadPorts and SharedReadPorts of the buffer. Each cycle each

@@ -27,8 +27,8 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .buffers import select
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
+from .buffers import one_hot_index, select
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
@@ -40,6 +40,13 @@ INCR = 1
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
+
+
+def _urgent_first(m: Module, asks, urgent, *, name: str) -> Signal:
+    """One-hot: the lowest-numbered of `asks` that is `urgent`, else the lowest-numbered of `asks` (none: 0)."""
+    pool, chosen = Signal(len(asks), name=f"{name}_pool"), Signal(len(asks), name=f"{name}_chosen")
+    m.d.comb += [pool.eq(Mux((asks & urgent).any(), asks & urgent, asks)), chosen.eq(pool & (~pool + 1))]
+    return chosen
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -496,15 +503,14 @@ class DMAUnit(wiring.Component):
         all engines instead of one each; STOREs move one beat per cycle in all (`transfer_cycles`)."""
         reads = [engine.from_abuf for engine in engines]
         port = self.abuf_store
-        asks, urgent_asks = Signal(len(reads)), Signal(len(reads))
-        m.d.comb += [asks.eq(Cat(read.en for read in reads)), urgent_asks.eq(Cat(read.en & read.urgent for read in reads))]
-        pool, chosen = Signal(len(reads)), Signal(len(reads))
-        m.d.comb += [pool.eq(Mux(urgent_asks.any(), urgent_asks, asks)), chosen.eq(pool & (~pool + 1))]   # lowest set bit
+        asks, urgent = Signal(len(reads)), Signal(len(reads))
+        m.d.comb += [asks.eq(Cat(read.en for read in reads)), urgent.eq(Cat(read.urgent for read in reads))]
+        chosen = _urgent_first(m, asks, urgent, name="store")
         addr = 0
         for k, read in enumerate(reads):
             addr = addr | Mux(chosen[k], read.addr, 0)
             m.d.comb += [read.ready.eq(chosen[k] & port.ready), read.data.eq(port.data)]
-        m.d.comb += [port.addr.eq(addr), port.en.eq(asks.any()), port.urgent.eq(urgent_asks.any())]
+        m.d.comb += [port.addr.eq(addr), port.en.eq(asks.any()), port.urgent.eq((asks & urgent).any())]
 
     def _row_writes(self, m: Module, engines: list):
         """The engines' rows through one crossbar for both buffers (`engines_to_abuf`, `engines_to_wbuf`:
@@ -513,7 +519,7 @@ class DMAUnit(wiring.Component):
         buffer's grant of the memory. The buffers grant exactly as when each engine was a requester of its own
         (one memory each, in engine order); an engine writes one buffer at a time, so one choice of row among the
         engines per memory serves both buffers, where each buffer's memories chose among all the engines before."""
-        P, lk = self.cfg.buffer_banks, _log2(self.cfg.buffer_chunk_words)
+        P = self.cfg.buffer_banks
         into = {Target.ABUF: self.engines_to_abuf, Target.WBUF: self.engines_to_wbuf}
         n = len(engines)
         banks, rows, urgent = [], [], Signal(n)
@@ -525,19 +531,22 @@ class DMAUnit(wiring.Component):
             rows.append(row)
         grants = []
         for b in range(P):
-            asks, pool, chosen = Signal(n, name=f"b{b}_asks"), Signal(n, name=f"b{b}_pool"), Signal(n, name=f"b{b}_chosen")
-            m.d.comb += [asks.eq(Cat(*(engine.rows.en & (bank == b) for engine, bank in zip(engines, banks)))),
-                         pool.eq(Mux((asks & urgent).any(), asks & urgent, asks)), chosen.eq(pool & (~pool + 1))]
+            asks = Signal(n, name=f"b{b}_asks")
+            m.d.comb += asks.eq(Cat(*(engine.rows.en & (bank == b) for engine, bank in zip(engines, banks))))
+            chosen = _urgent_first(m, asks, urgent, name=f"b{b}")
             index = Signal(range(max(2, n)), name=f"b{b}_index")
-            m.d.comb += index.eq(Cat(*(Cat(*(chosen[k] for k in range(n) if k >> i & 1)).any()
-                                       for i in range(len(index)))))
-            for target, port in into.items():
+            m.d.comb += index.eq(one_hot_index(chosen))
+            row, data, mask = (Signal(ADDRESS_BITS, name=f"b{b}_row"), Signal(len(engines[0].rows.data.as_value()),
+                               name=f"b{b}_data"), Signal(len(engines[0].rows.mask), name=f"b{b}_mask"))
+            m.d.comb += [row.eq(select(index, rows)), data.eq(select(index, [e.rows.data.as_value() for e in engines])),
+                         mask.eq(select(index, [e.rows.mask for e in engines]))]
+            granted = 0
+            for target, port in into.items():       # the same row to both buffers, enabled in the target's
                 m.d.comb += [port.en[b].eq((chosen & Cat(*(e.rows_target == target for e in engines))).any()),
                              port.urgent[b].eq((asks & urgent).any()),
-                             port.row[b].eq(select(index, rows)),
-                             port.data[b].eq(select(index, [e.rows.data.as_value() for e in engines])),
-                             port.mask[b].eq(select(index, [e.rows.mask for e in engines]))]
-            grants.append((chosen, (Cat(*(port.ready[b] for port in into.values())) & Cat(*(port.en[b] for port in into.values()))).any()))
+                             port.row[b].eq(row), port.data[b].eq(data), port.mask[b].eq(mask)]
+                granted = granted | (port.en[b] & port.ready[b])
+            grants.append((chosen, granted))
         for k, engine in enumerate(engines):
             m.d.comb += engine.rows.ready.eq(Cat(*(chosen[k] & granted for chosen, granted in grants)).any())
 
