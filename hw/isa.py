@@ -267,7 +267,7 @@ OPCODES: dict[Opcode, OpSpec] = {
                           "for r < rows, j < n: acc = dot(src1[src1 + r*src1_stride + 0:k], "
                           "src2[src2 + j*src2_stride + 0:k]) (+ aux[aux + j] in FP32 when aux is set); "
                           "dst[dst + r*dst_stride + j] = fp16(acc), then GELU when the gelu flag is set "
-                          "(numerics.matmul: exact products, mac_width folding tree, tile accumulation). "
+                          "(numerics.matmul: exact products, mac_width-wide block-aligned tile sums, tile accumulation). "
                           "The weight operand is column-major: column j is k contiguous words. src2 and src2_stride are "
                           "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED)",
                           {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
@@ -297,7 +297,7 @@ OPCODES: dict[Opcode, OpSpec] = {
     Opcode.VGELU: _vector_unary("gelu"),
     Opcode.VSUM: OpSpec(Unit.VECTOR, "row sum",
                         "for r < rows: dst[dst + r*dst_stride] = reduce_sum(src1[src1 + r*src1_stride + 0:n]) "
-                        "(vector_width folding tree, FP32 tile accumulation, one rounding)",
+                        "(vector_width-wide block-aligned tile sums, FP32 tile accumulation, one rounding)",
                         {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride")),
     Opcode.VDOT: OpSpec(Unit.VECTOR, "row dot product",
                         "for r < rows: dst[dst + r*dst_stride] = reduce_sum(a * b over j < n) with a from src1, "

@@ -1,16 +1,16 @@
-"""A compiled kernel for `numerics._matmul_acc`: the same FP32 operations in the same order (exact FP16 x FP16
-products, the folding adder tree of `width` lanes per tile, tile sums added in order), one pass per output
-element in cache instead of numpy/torch passes over whole product blocks (on AVX2, a tile's lanes in AVX registers and
-the weights converted from FP16 there). `matmul_fp16` also adds the bias and rounds to FP16 as `numerics.matmul` does
-(F16C's conversion, then the canonical NaN). It is an implementation of the definition in numerics.py, not a second
-definition: tests/test_numerics.py checks it bit for bit against the torch path and numerics.to_fp16 (random,
+"""A compiled kernel for `numerics._matmul_acc`: the same integer and FP32 operations (the MAC tree's
+block-aligned sum of each tile's exact products, `numerics.tile_sums`, the tile sums added in order), one pass per
+output element in cache instead of numpy passes over whole blocks of products (on AVX2, a tile's lanes vectorised by
+the compiler). `matmul_fp16` also adds the bias and rounds to FP16 as `numerics.matmul` does (F16C's conversion, then
+the canonical NaN). It is an implementation of the definition in numerics.py, not a second definition:
+tests/test_numerics.py checks it bit for bit against `numerics._matmul_acc_blocks` and numerics.to_fp16 (random,
 special and subnormal values), and those remain the fallback.
 
 The C source is compiled on first use with the system C compiler (the project already needs one for Verilator;
 `build`, which the sampler's kernel in host/reference/weights.py uses too) into $RINGGPT_CACHE_DIR/native
 (default ~/.cache/ringgpt/native), keyed by the source's hash, with
 -ffp-contract=off (no fused multiply-add) and without -ffast-math (IEEE binary32, round to nearest even,
-gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to torch.
+gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to numpy.
 """
 from __future__ import annotations
 
@@ -67,124 +67,214 @@ static void convert(const uint16_t *src, float *dst, long n) {
 """The exact FP16 -> FP32 conversion (`convert`, F16C where the CPU has it), shared by every compiled kernel."""
 
 SOURCE = FP16_SOURCE + r"""
-/* One tile: exact products, then the folding tree (lane l += lane l + half, half = W/2 ... 1), W a constant so
-   that the compiler unrolls every level. */
-#define TILE(W) \
-    static inline float tile##W(const float *x, const float *w) { \
-        float p[W]; \
-        for (int l = 0; l < W; l++) p[l] = x[l] * w[l]; \
-        for (int half = W / 2; half >= 1; half /= 2) \
-            for (int l = 0; l < half; l++) p[l] = p[l] + p[l + half]; \
-        return p[0]; \
-    }
-TILE(8) TILE(16) TILE(32) TILE(64) TILE(128)
+#include <stdlib.h>
 
-static float tile_any(const float *x, const float *w, long width) {
-    float p[1024];
-    for (long l = 0; l < width; l++) p[l] = x[l] * w[l];
-    for (long half = width / 2; half >= 1; half /= 2)
-        for (long l = 0; l < half; l++) p[l] = p[l] + p[l + half];
-    return p[0];
+/* The MAC tree's numerics (numerics.tile_sums). GUARD (TREE_GUARD_BITS) and SCALE (PRODUCT_SCALE) are defined from
+   numerics.py ahead of this source. The rows' significands are stored shifted left by XSHIFT and the columns' by
+   WSHIFT, so that a product is already p << GUARD and still fits an int16 pair product; a tile's aligned terms are
+   summed BATCH registers at a time in int32 before widening (|term| < 2^(22 + GUARD)). */
+#if GUARD > 8
+#error "the kernel's int16 significands hold at most 8 guard bits"
+#endif
+#define XSHIFT ((GUARD + 1) / 2)
+#define WSHIFT (GUARD / 2)
+#define BATCH (1 << (31 - 22 - GUARD))
+#define ZERO_EXP (-64)
+
+/* FP16 words split for the MAC tree: sig = signed significand << shift (0 for zeros, Inf and NaN), exp = exponent
+   field (1 for subnormals; ZERO_EXP for zeros, Inf and NaN, so that no such product sets a tile's largest exponent);
+   the n words zero-padded to np. Returns whether any word is Inf or NaN. */
+static int split_scalar(const uint16_t *src, long from, long n, long np, int shift, int16_t *sig, int16_t *exp) {
+    int special = 0;
+    for (long i = from; i < n; i++) {
+        int32_t h = src[i], e = (h >> 10) & 0x1f, man = h & 0x3ff;
+        int32_t s = e == 0x1f ? 0 : e ? (man | 0x400) : man;
+        special |= e == 0x1f;
+        sig[i] = (int16_t)(((h & 0x8000) ? -s : s) * (1 << shift));
+        exp[i] = (int16_t)(s ? (e ? e : 1) : ZERO_EXP);
+    }
+    for (long i = n; i < np; i++) { sig[i] = 0; exp[i] = ZERO_EXP; }
+    return special;
 }
 
-/* The rows x (m rows of k FP16 words, row i at x + i * x_stride) as FP32 in xf, each zero-padded to kp. */
-static void convert_rows(const uint16_t *x, long x_stride, long m, long k, long kp, float *xf) {
-    for (long i = 0; i < m; i++) {
-        convert(x + i * x_stride, xf + i * kp, k);
-        for (long c = k; c < kp; c++) xf[i * kp + c] = 0.0f;
+#if defined(__x86_64__)
+/* split_scalar, 16 words at a time in AVX2 registers. */
+__attribute__((target("avx2"))) static int split_avx2(const uint16_t *src, long n, long np, int shift, int16_t *sig,
+                                                      int16_t *exp) {
+    const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi16(0x1f), hidden = _mm256_set1_epi16(0x400);
+    const __m256i mant = _mm256_set1_epi16(0x3ff), one = _mm256_set1_epi16(1), none = _mm256_set1_epi16(ZERO_EXP);
+    __m256i special = zero;
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i e = _mm256_and_si256(_mm256_srli_epi16(h, 10), top);
+        __m256i inf_nan = _mm256_cmpeq_epi16(e, top);
+        __m256i s = _mm256_or_si256(_mm256_and_si256(h, mant), _mm256_andnot_si256(_mm256_cmpeq_epi16(e, zero), hidden));
+        s = _mm256_andnot_si256(inf_nan, s);
+        __m256i neg = _mm256_srai_epi16(h, 15);
+        __m256i sg = _mm256_sub_epi16(_mm256_xor_si256(_mm256_sll_epi16(s, _mm_cvtsi32_si128(shift)), neg), neg);
+        __m256i ex = _mm256_blendv_epi8(_mm256_max_epi16(e, one), none, _mm256_cmpeq_epi16(s, zero));
+        _mm256_storeu_si256((__m256i *)(sig + i), sg);
+        _mm256_storeu_si256((__m256i *)(exp + i), ex);
+        special = _mm256_or_si256(special, inf_nan);
+    }
+    return split_scalar(src, i, n, np, shift, sig, exp) | !_mm256_testz_si256(special, special);
+}
+#endif
+
+static int split(const uint16_t *src, long n, long np, int shift, int16_t *sig, int16_t *exp) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) return split_avx2(src, n, np, shift, sig, exp);
+#endif
+    return split_scalar(src, 0, n, np, shift, sig, exp);
+}
+
+/* special[t] = whether tile t of `width` of the n words holds an Inf or NaN. */
+static void special_tiles(const uint16_t *src, long n, long tiles, long width, uint8_t *special) {
+    for (long t = 0; t < tiles; t++) {
+        int any = 0;
+        for (long l = t * width; l < (t + 1) * width && l < n; l++) any |= (src[l] & 0x7c00) == 0x7c00;
+        special[t] = any;
     }
 }
 
-/* out[i * n + j] = accumulate_tiles(x[i, :] * w[j, :], width) for the FP32 rows xf (zero-padded to kp = whole
-   tiles) and the n columns of k FP16 words at w + j * w_stride; wbuf: kp floats of scratch. */
-static void tree_matmul_generic(const float *xf, long m, const uint16_t *w, long w_stride, long n, long k, long kp,
-                                long width, float *out, float *wbuf) {
+/* A tile whose sum is not the aligned integer sum: an Inf or NaN operand (canonical NaN, or a signed Inf), or a sum of
+   zero (-0 only if every product is -0). x, w: the tile's FP16 words, `valid` of them, the rest +0. */
+static float tile_exception(const uint16_t *x, const uint16_t *w, long valid, long width) {
+    int nan = 0, pos_inf = 0, neg_inf = 0, all_neg_zero = 1;
+    for (long l = 0; l < width; l++) {
+        uint16_t a = l < valid ? x[l] : 0, b = l < valid ? w[l] : 0;
+        int neg = ((a ^ b) >> 15) & 1;
+        int a_inf = (a & 0x7fff) == 0x7c00, b_inf = (b & 0x7fff) == 0x7c00;
+        int a_zero = (a & 0x7fff) == 0, b_zero = (b & 0x7fff) == 0;
+        if ((a & 0x7fff) > 0x7c00 || (b & 0x7fff) > 0x7c00 || (a_inf && b_zero) || (b_inf && a_zero)) nan = 1;
+        if (a_inf || b_inf) { if (neg) neg_inf = 1; else pos_inf = 1; }
+        if (!((a_zero || b_zero) && neg)) all_neg_zero = 0;
+    }
+    uint32_t bits = (nan || (pos_inf && neg_inf)) ? 0x7fc00000u : pos_inf ? 0x7f800000u : neg_inf ? 0xff800000u
+                    : all_neg_zero ? 0x80000000u : 0;
+    float out; memcpy(&out, &bits, 4); return out;
+}
+
+/* The aligned integer sum of one tile of `width` split pairs without Inf or NaN; *qmax its largest exponent sum (0 if
+   every product is zero). */
+static int64_t tile_scalar(const int16_t *sx, const int16_t *ex, const int16_t *sw, const int16_t *ew, long width,
+                           int32_t *qmax_out) {
+    int32_t qmax = 0;
+    for (long l = 0; l < width; l++) { int32_t q = ex[l] + ew[l]; qmax = q > qmax ? q : qmax; }
+    int64_t total = 0;
+    for (long l = 0; l < width; l++) {
+        int32_t p = (int32_t)sx[l] * sw[l], sh = qmax - ex[l] - ew[l];
+        int32_t mag = (p < 0 ? -p : p) >> (sh < 31 ? sh : 31);
+        total += p < 0 ? -mag : mag;
+    }
+    *qmax_out = qmax;
+    return total;
+}
+
+#if defined(__x86_64__)
+/* tile_scalar for a width of 8 * R lanes (R <= 16) in AVX2 registers: the exponent sums kept from the first pass;
+   vpmaddwd forms the products (each int32 lane holds one int16 and a zero), vpsrlvd the shift (counts past 31 give
+   0), vpsignd puts the sign back. */
+__attribute__((target("avx2"), always_inline)) static inline int64_t tile_avx2(const int16_t *sx, const int16_t *ex, const int16_t *sw,
+                                                                const int16_t *ew, long width, int32_t *qmax_out) {
+    __m256i q[16], qmax = _mm256_setzero_si256();
+    long regs = width / 8;
+    for (long r = 0; r < regs; r++) {
+        q[r] = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(ex + 8 * r))),
+                                _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(ew + 8 * r))));
+        qmax = _mm256_max_epi32(qmax, q[r]);
+    }
+    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(qmax), _mm256_extracti128_si256(qmax, 1));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+    int32_t qm = _mm_cvtsi128_si32(m4);
+    __m256i top = _mm256_set1_epi32(qm), sum = _mm256_setzero_si256(), wide = _mm256_setzero_si256();
+    for (long r = 0; r < regs; r++) {
+        __m256i p = _mm256_madd_epi16(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sx + 8 * r))),
+                                      _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sw + 8 * r))));
+        __m256i v = _mm256_sign_epi32(_mm256_srlv_epi32(_mm256_abs_epi32(p), _mm256_sub_epi32(top, q[r])), p);
+        sum = _mm256_add_epi32(sum, v);
+        if ((r + 1) % BATCH == 0 || r + 1 == regs) {
+            wide = _mm256_add_epi64(wide, _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(sum)),
+                                                           _mm256_cvtepi32_epi64(_mm256_extracti128_si256(sum, 1))));
+            sum = _mm256_setzero_si256();
+        }
+    }
+    int64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, wide);
+    *qmax_out = qm;
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#endif
+
+#if defined(__x86_64__)
+/* tile_avx2 with the width a constant for the compiler (the loops unrolled, the exponent sums in registers). */
+__attribute__((target("avx2"))) static int64_t tile_avx2_any(const int16_t *sx, const int16_t *ex, const int16_t *sw,
+                                                             const int16_t *ew, long width, int32_t *qmax) {
+    switch (width) {
+    case 8: return tile_avx2(sx, ex, sw, ew, 8, qmax);
+    case 16: return tile_avx2(sx, ex, sw, ew, 16, qmax);
+    case 32: return tile_avx2(sx, ex, sw, ew, 32, qmax);
+    case 64: return tile_avx2(sx, ex, sw, ew, 64, qmax);
+    default: return tile_avx2(sx, ex, sw, ew, width, qmax);
+    }
+}
+#endif
+
+/* out[i * n + j] = dot_tiles(x[i, :], w[j, :], width): x: m rows of k FP16 words, row i at x + i * x_stride; w: n
+   columns of k FP16 words, column j at w + j * w_stride; kp = k rounded up to whole tiles. Returns 0, or -1 when out
+   of memory. */
+static int accumulate(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k,
+                      long kp, long width, float *out) {
     long tiles = kp / width;
-    for (long c = k; c < kp; c++) wbuf[c] = 0.0f;
+    int16_t *xs = malloc(sizeof(int16_t) * 2 * (m + 1) * kp);
+    uint8_t *specials = calloc((m + 1) * tiles, 1);
+    if (!xs || !specials) { free(xs); free(specials); return -1; }
+    int16_t *xe = xs + m * kp, *ws = xe + m * kp, *we = ws + kp;
+    uint8_t *wspecial = specials + m * tiles;
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = __builtin_cpu_supports("avx2") && width % 8 == 0 && width <= 128;
+#endif
+    for (long i = 0; i < m; i++)
+        if (split(x + i * x_stride, k, kp, XSHIFT, xs + i * kp, xe + i * kp))
+            special_tiles(x + i * x_stride, k, tiles, width, specials + i * tiles);
     for (long j = 0; j < n; j++) {
-        convert(w + j * w_stride, wbuf, k);
+        const uint16_t *col = w + j * w_stride;
+        if (split(col, k, kp, WSHIFT, ws, we)) special_tiles(col, k, tiles, width, wspecial);
+        else memset(wspecial, 0, tiles);
         for (long i = 0; i < m; i++) {
-            const float *xi = xf + i * kp;
             float acc = 0.0f;
             for (long t = 0; t < tiles; t++) {
-                const float *xt = xi + t * width, *wt = wbuf + t * width;
+                long o = i * kp + t * width;
+                int32_t qmax = 0;
+                int64_t total = 0;
+                int exception = specials[i * tiles + t] | wspecial[t];
+                if (!exception) {
+#if defined(__x86_64__)
+                    if (avx2) total = tile_avx2_any(xs + o, xe + o, ws + t * width, we + t * width, width, &qmax);
+                    else
+#endif
+                    total = tile_scalar(xs + o, xe + o, ws + t * width, we + t * width, width, &qmax);
+                    exception = total == 0;
+                }
                 float s;
-                switch (width) {
-                case 8: s = tile8(xt, wt); break;
-                case 16: s = tile16(xt, wt); break;
-                case 32: s = tile32(xt, wt); break;
-                case 64: s = tile64(xt, wt); break;
-                case 128: s = tile128(xt, wt); break;
-                default: s = tile_any(xt, wt, width);
+                if (exception) {
+                    long valid = k - t * width < width ? k - t * width : width;
+                    s = tile_exception(x + i * x_stride + t * width, col + t * width, valid, width);
+                } else {
+                    uint64_t bits = (uint64_t)(qmax - GUARD - SCALE + 1023) << 52;
+                    double scale; memcpy(&scale, &bits, 8);
+                    s = (float)((double)total * scale);
                 }
                 acc = t == 0 ? s : acc + s;
             }
             out[i * n + j] = acc;
         }
     }
-}
-
-#if defined(__x86_64__)
-/* The same tile with W = 8 * R lanes in AVX registers: register r holds lanes 8r ... 8r + 7, so a fold level over
-   more than 8 lanes adds register r + R' to register r (R' = half / 8), and the last three levels fold within one
-   register (lane l + lane l + 4, + 2, + 1): the same additions of the same pairs as tile##W. The weights are FP32
-   (tile_avx##W) or FP16 converted exactly in registers (tile_avx_half##W). */
-#define TILE_AVX(W, NAME, WTYPE, LOAD_W) \
-    __attribute__((target("avx2,f16c"))) static inline float NAME##W(const float *x, const WTYPE *w) { \
-        __m256 p[W / 8]; \
-        for (int r = 0; r < W / 8; r++) p[r] = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * r), LOAD_W(w + 8 * r)); \
-        for (int regs = W / 16; regs >= 1; regs /= 2) \
-            for (int r = 0; r < regs; r++) p[r] = _mm256_add_ps(p[r], p[r + regs]); \
-        __m128 q = _mm_add_ps(_mm256_castps256_ps128(p[0]), _mm256_extractf128_ps(p[0], 1)); \
-        q = _mm_add_ps(q, _mm_movehl_ps(q, q)); \
-        q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1)); \
-        return _mm_cvtss_f32(q); \
-    }
-#define LOAD_FLOAT(p) _mm256_loadu_ps(p)
-#define LOAD_HALF(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-
-/* tree_matmul_generic for width W on AVX2: the tiles inside k read the column's FP16 words directly, only the last,
-   zero-padded tile goes through wbuf. */
-#define TREE_MATMUL_AVX(W) \
-    TILE_AVX(W, tile_avx, float, LOAD_FLOAT) \
-    TILE_AVX(W, tile_avx_half, uint16_t, LOAD_HALF) \
-    __attribute__((target("avx2,f16c"))) static void tree_matmul_avx##W(const float *xf, long m, const uint16_t *w, \
-                                                                       long w_stride, long n, long k, long kp,      \
-                                                                       float *out, float *wbuf) {                    \
-        long tiles = kp / W, inside = k / W;                                                                     \
-        for (long c = k; c < kp; c++) wbuf[c] = 0.0f;                                                            \
-        for (long j = 0; j < n; j++) {                                                                           \
-            const uint16_t *col = w + j * w_stride;                                                              \
-            convert(col + inside * W, wbuf + inside * W, k - inside * W);                                        \
-            for (long i = 0; i < m; i++) {                                                                       \
-                const float *xi = xf + i * kp;                                                                   \
-                float acc = 0.0f;                                                                                \
-                for (long t = 0; t < tiles; t++) {                                                               \
-                    float s = t < inside ? tile_avx_half##W(xi + t * W, col + t * W)                             \
-                                         : tile_avx##W(xi + t * W, wbuf + t * W);                                \
-                    acc = t == 0 ? s : acc + s;                                                                  \
-                }                                                                                                \
-                out[i * n + j] = acc;                                                                            \
-            }                                                                                                    \
-        }                                                                                                        \
-    }
-TREE_MATMUL_AVX(8) TREE_MATMUL_AVX(16) TREE_MATMUL_AVX(32) TREE_MATMUL_AVX(64) TREE_MATMUL_AVX(128)
-#endif
-
-static void accumulate(const float *xf, long m, const uint16_t *w, long w_stride, long n, long k, long kp, long width,
-                       float *out, float *wbuf) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
-        switch (width) {
-        case 8: tree_matmul_avx8(xf, m, w, w_stride, n, k, kp, out, wbuf); return;
-        case 16: tree_matmul_avx16(xf, m, w, w_stride, n, k, kp, out, wbuf); return;
-        case 32: tree_matmul_avx32(xf, m, w, w_stride, n, k, kp, out, wbuf); return;
-        case 64: tree_matmul_avx64(xf, m, w, w_stride, n, k, kp, out, wbuf); return;
-        case 128: tree_matmul_avx128(xf, m, w, w_stride, n, k, kp, out, wbuf); return;
-        }
-    }
-#endif
-    tree_matmul_generic(xf, m, w, w_stride, n, k, kp, width, out, wbuf);
+    free(xs); free(specials);
+    return 0;
 }
 
 #if defined(__x86_64__)
@@ -212,15 +302,13 @@ int round_to_fp16(const float *acc, long m, long n, const uint16_t *bias, uint16
     return 0;
 }
 
-/* acc[i * n + j] = accumulate_tiles(x[i, :] * w[j, :], width): x: m rows of k FP16 words, row i at x + i * x_stride,
-   w: n columns of k FP16 words, column j at w + j * w_stride; scratch: (m + 1) * kp floats, kp = k rounded up to
-   whole tiles (the rows, then one column, as FP32 zero-padded to kp). With out (only where round_to_fp16 runs), also
-   out = round_to_fp16(acc, bias). */
-void tree_matmul(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k, long kp,
-                 long width, float *acc, float *scratch, const uint16_t *bias, uint16_t *out) {
-    convert_rows(x, x_stride, m, k, kp, scratch);
-    accumulate(scratch, m, w, w_stride, n, k, kp, width, acc, scratch + m * kp);
+/* acc[i * n + j] = dot_tiles(x[i, :], w[j, :], width) (see accumulate); with out (only where round_to_fp16 runs),
+   also out = round_to_fp16(acc, bias). Returns 0, or -1 when out of memory. */
+int tree_matmul(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k, long kp,
+                long width, float *acc, const uint16_t *bias, uint16_t *out) {
+    if (accumulate(x, x_stride, m, w, w_stride, n, k, kp, width, acc)) return -1;
     if (out) round_to_fp16(acc, m, n, bias, out);
+    return 0;
 }
 """
 FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-fno-unsafe-math-optimizations"]
@@ -230,6 +318,12 @@ _lock = threading.Lock()
 _lib = None
 _tried = False
 _rounds = False
+
+
+def _source() -> str:
+    """SOURCE with the MAC tree's constants from numerics.py."""
+    from ringgpt.hw import numerics
+    return f"#define GUARD {numerics.TREE_GUARD_BITS}\n#define SCALE {numerics.PRODUCT_SCALE}\n" + SOURCE
 
 
 def _cache_dir() -> Path:
@@ -281,14 +375,13 @@ def library():
         if _tried:
             return _lib
         _tried = True
-        lib = build("treematmul", SOURCE)
+        lib = build("treematmul", _source())
         if lib is None:
             return None
         fn = lib.tree_matmul
-        fn.restype = None
+        fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
-                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p]
+                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         fn = lib.round_to_fp16
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -340,14 +433,14 @@ def _tree_matmul(rows: np.ndarray, w: np.ndarray, width: int, bias, fp16: bool) 
     cols, w_stride = _word_rows(w.T, k)  # (n, k): column j's k weights
     if bias is not None:
         bias = np.ascontiguousarray(bias, np.float16)
-    # One allocation: the FP32 result, the kernel's scratch, then the FP16 result.
-    scratch = (m + 1) * kp
-    memory = np.empty(m * n + scratch + (-(-m * n // 2) if fp16 else 0), np.float32)
+    # One allocation: the FP32 result, then the FP16 result.
+    memory = np.empty(m * n + (-(-m * n // 2) if fp16 else 0), np.float32)
     acc = address(memory)
-    _lib.tree_matmul(address(rows), x_stride, m, address(cols), w_stride, n, k, kp, width, acc, acc + 4 * m * n,
-                    None if bias is None else address(bias), acc + 4 * (m * n + scratch) if fp16 else None)
+    if _lib.tree_matmul(address(rows), x_stride, m, address(cols), w_stride, n, k, kp, width, acc,
+                        None if bias is None else address(bias), acc + 4 * m * n if fp16 else None):
+        raise MemoryError(f"the compiled matmul kernel could not allocate its scratch for {m} x {k} x {n}")
     if fp16:
-        return memory[m * n + scratch:].view(np.float16)[:m * n].reshape(m, n)
+        return memory[m * n:].view(np.float16)[:m * n].reshape(m, n)
     return memory[:m * n].reshape(m, n)
 
 

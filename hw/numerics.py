@@ -13,9 +13,17 @@ Rules
     * FP32 -> FP16 conversion rounds to nearest even, overflows to +-Inf, keeps FP16 subnormals.
     * Any NaN produced by arithmetic is the canonical quiet NaN (FP16 0x7E00, FP32 0x7FC00000);
       max selects one of its inputs, so a NaN it returns keeps that input's bits.
-    * Reductions use a *folding* adder tree over `width` lanes: while n > 1, v = v[:n/2] + v[n/2:]
-      (lane i is added to lane i + n/2). Inputs are zero-padded (+0) to a multiple of `width`;
-      tile sums are accumulated sequentially in FP32, starting from the first tile's sum.
+    * Dot products (the MAC tree of the matrix unit and of the vector unit's VSUM/VDOT) are summed a
+      tile of `width` FP16 pairs at a time by *block alignment* (`tile_sums`): each product is
+      formed exactly as an integer significand (11 x 11 bits) and an exponent (the sum of the
+      operands' exponent fields, subnormals as 1); the products are aligned to the largest exponent
+      among the tile's nonzero products keeping TREE_GUARD_BITS more bits, each magnitude
+      truncated toward zero, summed exactly as integers, and the sum rounded once to FP32 (RNE).
+      The sum is exact wherever the tile's exponents lie within TREE_GUARD_BITS of each other, so
+      the lane order does not matter. NaN (a NaN operand, Inf x 0, or +Inf and -Inf products) is
+      the canonical NaN, else an Inf product gives Inf; a zero sum is -0 only if every product
+      is -0. Inputs are zero-padded (+0) to a multiple of `width`; tile sums are accumulated
+      sequentially in FP32, starting from the first tile's sum (`add_in_order`).
     * Vector operations take FP16 operands, compute in FP32 and round once to FP16 (for add, sub
       and mul this equals correctly rounded FP16 arithmetic, since 24 >= 2 * 11 + 2).
     * Max uses the total order -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN of the FP16 bit
@@ -122,39 +130,77 @@ def to_fp16(x) -> np.ndarray:
 
 # --- reductions -----------------------------------------------------------------------------
 
-def fold_tree(v: np.ndarray, axis: int = 0) -> np.ndarray:
-    """Sums `v` along `axis` (a power-of-two length) with the folding adder tree, in FP32."""
-    v = np.moveaxis(np.asarray(v, dtype=np.float32), axis, 0)
-    n = v.shape[0]
-    if n & (n - 1):
-        raise ValueError(f"adder tree width must be a power of two, got {n}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        while n > 1:
-            n //= 2
-            v = v[:n] + v[n:]
-    return canonical_fp32(v[0])
+TREE_GUARD_BITS = 6
+"""Bits a MAC tree keeps below the least significant bit of the product with the tile's largest
+exponent: a term whose exponent is more than this below that one loses its low bits (truncated
+toward zero; at most 2**-30 of the largest term's magnitude each, for normal operands)."""
+PRODUCT_SCALE = 2 * (FP16_BIAS + FP16_MAN_BITS)
+"""An FP16 value is sig * 2**(e - 25) (e the exponent field, 1 for subnormals): a product of
+exponent sum q is sig_x * sig_w * 2**(q - PRODUCT_SCALE)."""
 
 
-def accumulate_tiles(terms: np.ndarray, width: int) -> np.ndarray:
-    """Reduces FP32 `terms` along axis 0 as the hardware does: zero-pad to a multiple of `width`,
-    fold each tile of `width` with the adder tree, then add the tile sums in order, in FP32."""
-    terms = np.asarray(terms, dtype=np.float32)
-    k = terms.shape[0]
-    tiles = max(1, -(-k // width))
-    if tiles * width != k:
-        pad = np.zeros((tiles * width - k,) + terms.shape[1:], dtype=np.float32)
-        terms = np.concatenate([terms, pad], axis=0)
-    sums = fold_tree(terms.reshape((tiles, width) + terms.shape[1:]), axis=1)
+def _fp16_operands(v) -> tuple:
+    """FP16 values as (significand, exponent, sign, nan, inf, zero) int64/bool arrays: value =
+    (-1)**sign * significand * 2**(exponent - 25); Inf and NaN have significand 0."""
+    b = fp16_bits(v).astype(np.int64)
+    exp, man = (b >> FP16_MAN_BITS) & 0x1F, b & 0x3FF
+    special = exp == 0x1F
+    sig = np.where(special, 0, np.where(exp == 0, man, man | (1 << FP16_MAN_BITS)))
+    return sig, np.maximum(exp, 1), (b >> 15).astype(bool), special & (man != 0), special & (man == 0), \
+        (exp == 0) & (man == 0)
+
+
+def tile_sums(x, w) -> np.ndarray:
+    """The MAC tree: the block-aligned sum of the exact products x * w (FP16, broadcast) along the
+    last axis, one tile, in FP32 (see the module's rules). Exact products of exponent sum q are
+    aligned to qmax, the largest q of the tile's nonzero products: magnitude * 2**TREE_GUARD_BITS
+    >> (qmax - q), summed as signed integers, rounded to FP32 once."""
+    sx, ex, negx, nanx, infx, zx = _fp16_operands(x)
+    sw, ew, negw, nanw, infw, zw = _fp16_operands(w)
+    product, q, neg = sx * sw, ex + ew, negx ^ negw
+    qmax = np.max(np.where(product != 0, q, 0), axis=-1, keepdims=True)
+    shift = np.clip(qmax - q, 0, 63)
+    aligned = (product << TREE_GUARD_BITS) >> shift
+    total = np.where(neg, -aligned, aligned).sum(axis=-1)
+    with np.errstate(over="ignore"):
+        value = np.ldexp(total.astype(np.float64), qmax[..., 0] - TREE_GUARD_BITS - PRODUCT_SCALE).astype(np.float32)
+    all_neg_zero = np.all((zx | zw) & neg, axis=-1)
+    value = np.where(total == 0, np.where(all_neg_zero, np.float32(-0.0), np.float32(0.0)), value)
+    inf = infx | infw
+    pos_inf, neg_inf = np.any(inf & ~neg, axis=-1), np.any(inf & neg, axis=-1)
+    nan = np.any(nanx | nanw | (infx & zw) | (infw & zx), axis=-1) | (pos_inf & neg_inf)
+    value = np.where(pos_inf, np.float32(np.inf), np.where(neg_inf, np.float32(-np.inf), value))
+    return canonical_fp32(np.where(nan, np.float32(np.nan), value).astype(np.float32))
+
+
+def add_in_order(sums, axis: int = -1) -> np.ndarray:
+    """The tile accumulator: FP32 `sums` added in order along `axis`, starting from the first."""
+    sums = np.moveaxis(np.asarray(sums, dtype=np.float32), axis, 0)
     acc = sums[0]
     with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(1, tiles):
+        for t in range(1, sums.shape[0]):
             acc = acc + sums[t]
     return canonical_fp32(acc)
 
 
+def dot_tiles(x, w, width: int) -> np.ndarray:
+    """Dot products of x and w (FP16, broadcast) along the last axis as the hardware forms them:
+    zero-pad to a multiple of `width`, tile_sums per tile, tile sums added in order (FP32)."""
+    if width < 1 or width & (width - 1):
+        raise ValueError(f"adder tree width must be a power of two, got {width}")
+    x, w = np.broadcast_arrays(np.asarray(x, np.float16), np.asarray(w, np.float16))
+    k = x.shape[-1]
+    tiles = max(1, -(-k // width))
+    if tiles * width != k:
+        pad = [(0, 0)] * (x.ndim - 1) + [(0, tiles * width - k)]
+        x, w = np.pad(x, pad), np.pad(w, pad)
+    shape = x.shape[:-1] + (tiles, width)
+    return add_in_order(tile_sums(x.reshape(shape), w.reshape(shape)), axis=-1)
+
+
 def reduce_sum(a, width: int, b=None, axis: int | None = None):
-    """Vector reduce: sum of a (or of a * b, products exact) over the vector unit's adder tree of
-    `width` lanes, accumulated in FP32 across tiles, rounded once to FP16. With `axis` None the sum
+    """Vector reduce: sum of a (or of a * b) as the vector unit's MAC tree of `width` lanes forms it
+    (dot_tiles of the pairs (a, b), b = 1 when None), rounded once to FP16. With `axis` None the sum
     runs over all elements (an FP16 scalar); otherwise along `axis` (an FP16 array; b broadcasts)."""
     a = np.asarray(a, np.float16)
     if axis is None:
@@ -164,13 +210,14 @@ def reduce_sum(a, width: int, b=None, axis: int | None = None):
         sums = _row_sums_native(a, width, b)
         if sums is not None:
             return sums
-    terms = a.astype(np.float32) if b is None else mul_fp16_exact(a, b)
-    return to_fp16(accumulate_tiles(np.moveaxis(terms, axis, 0), width))[()]
+    b = np.ones((), np.float16) if b is None else np.asarray(b, np.float16)
+    a, b = np.broadcast_arrays(a, b)
+    return to_fp16(dot_tiles(np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1), width))[()]
 
 
 def _row_sums_native(a: np.ndarray, width: int, b=None) -> np.ndarray | None:
     """reduce_sum of each row of `a` (2-D), or of its exact products with b, through the compiled matrix kernel
-    (hw/native.py: the same products, folding tree, tile sums and rounding; a row alone is a product with ones, whose
+    (hw/native.py: the same pairs, MAC tree, tile sums and rounding; a row alone is a product with ones, whose
     products are exact); None without the kernel."""
     from ringgpt.hw import native
     if not native.rounds_fp16() or width > native.MAX_WIDTH:
@@ -198,83 +245,40 @@ def reduce_max(x, axis: int = -1) -> np.ndarray:
 
 # --- the matrix unit ------------------------------------------------------------------------
 
-MATMUL_BLOCK_FLOATS = 1 << 20
-"""FP32 products `matmul` holds at once (4 MiB): blocks of rows x columns are sized to this."""
-MATMUL_THREADS = 1
-"""torch threads `matmul` runs on (restored afterwards): its blocks are too small to gain from
-more, and spinning threads stall badly on a busy host."""
-
-
-def _torch_view(a: np.ndarray):
-    """A torch tensor sharing `a`'s memory (copied first if torch cannot view it)."""
-    import torch
-    if not a.flags.writeable or any(s < 0 for s in a.strides):
-        a = a.copy()
-    return torch.from_numpy(a)
+MATMUL_BLOCK_TERMS = 1 << 18
+"""Products `_matmul_acc_blocks` forms at once (a few MiB of int64 temporaries): blocks of rows x
+columns are sized to this."""
 
 
 def _matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
-    """FP32 accumulators of rows (M, K) against w (K, N), FP16 both: exactly
-    accumulate_tiles(mul_fp16_exact(row, column), width) per output element (the MAC tree's
-    fold_tree per tile, then the tile accumulator), computed blockwise with torch (IEEE binary32 multiplies and adds, no fusion) in the
-    same order: products of zero-padded operands, the folding tree within each tile in place,
-    then the tile sums added in order."""
+    """FP32 accumulators of rows (M, K) against w (K, N), FP16 both: dot_tiles(row, column, width)
+    per output element (the MAC tree per tile, then the tile accumulator): the compiled kernel
+    (hw/native.py) when there is one, else `_matmul_acc_blocks`."""
     from ringgpt.hw import native
     out = native.matmul_acc(rows, w, width)
-    if out is not None:
-        return out
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(MATMUL_THREADS)
-    try:
-        return _matmul_acc_torch(rows, w, width)
-    finally:
-        torch.set_num_threads(threads)
+    return out if out is not None else _matmul_acc_blocks(rows, w, width)
 
 
-def _matmul_acc_torch(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
-    """_matmul_acc with torch operations over blocks of products (the fallback of the compiled kernel,
-    hw/native.py, and what the tests check it against)."""
-    import torch
+def _matmul_acc_blocks(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray:
+    """_matmul_acc with dot_tiles over blocks of rows x columns (the fallback of the compiled kernel,
+    and what the tests check it against)."""
     m, k = rows.shape
     n = w.shape[1]
-    tiles = max(1, -(-k // width))
-    kp = tiles * width
-    x32 = torch.zeros(m, kp)
-    x32.narrow(1, 0, k).copy_(_torch_view(rows))
-    wt = _torch_view(w.T)
-    out = torch.empty(m, n)
-    mb = max(1, min(m, MATMUL_BLOCK_FLOATS // kp))
-    nb = max(1, min(n, MATMUL_BLOCK_FLOATS // (mb * kp)))
-    w32 = torch.empty(nb, kp)
-    if kp > k:
-        w32.narrow(1, k, kp - k).zero_()
-    products = torch.empty(mb * nb * kp)
+    out = np.empty((m, n), np.float32)
+    kp = max(1, -(-k // width)) * width
+    mb = max(1, min(m, MATMUL_BLOCK_TERMS // kp))
+    nb = max(1, min(n, MATMUL_BLOCK_TERMS // (mb * kp)))
+    cols = np.asarray(w, np.float16).T
     for j0 in range(0, n, nb):
-        cols = min(nb, n - j0)
-        wj = w32.narrow(0, 0, cols)
-        wj.narrow(1, 0, k).copy_(wt.narrow(0, j0, cols))
         for i0 in range(0, m, mb):
-            count = min(mb, m - i0)
-            p = products.narrow(0, 0, count * cols * kp).view(count, cols, kp)
-            torch.mul(wj, x32.narrow(0, i0, count).unsqueeze(1), out=p)
-            v = p.view(count, cols, tiles, width)
-            half = width
-            while half > 1:
-                half //= 2
-                v.narrow(3, 0, half).add_(v.narrow(3, half, half))
-            first, *rest = v.select(3, 0).unbind(2)
-            acc = out.narrow(0, i0, count).narrow(1, j0, cols)
-            acc.copy_(first)
-            for tile in rest:
-                acc.add_(tile)
-    return out.numpy()
+            out[i0:i0 + mb, j0:j0 + nb] = dot_tiles(rows[i0:i0 + mb, None, :], cols[None, j0:j0 + nb, :], width)
+    return out
 
 
 def matmul(x, w, width: int, bias=None, gelu: bool = False) -> np.ndarray:
     """Matrix-unit result for rows x (M, K) or one vector x (K,) against w (K, N):
-    per output element accumulate_tiles of the exact products (the folding tree of `width` per
-    tile, tile sums added in order), then + bias in FP32,
+    per output element dot_tiles of the row and the column (the MAC tree of `width` per tile,
+    tile sums added in order), then + bias in FP32,
     rounded to FP16, then GELU by lookup table when `gelu`."""
     x = np.asarray(x, np.float16)
     w = np.asarray(w, np.float16)

@@ -26,8 +26,8 @@ def test_the_preset_figures_these_costs_assume():
     assert CFG.ring_latency_ns == pytest.approx(345.0) and CFG.ring_latency_cycles == 34
     assert CFG.queue_depth == 8
     # pipeline depths and overheads come from the RTL units (hw/core), not from the config
-    assert unit_timing(CFG) == {"matrix": {"latency": 41, "row_max": 2, "overhead": 4, "loop": 5},
-                                "vector": {"latency": {"elementwise": 10, "sum": 26, "max": 4}, "overhead": 4,
+    assert unit_timing(CFG) == {"matrix": {"latency": 33, "row_max": 2, "overhead": 4, "loop": 5},
+                                "vector": {"latency": {"elementwise": 10, "sum": 18, "max": 4}, "overhead": 4,
                                            "loop": 5}}
     # fetch: a 512-bit word is 4 beats of the 128-bit port; a 32-word FIFO, bursts of 8 words
     assert _fetch_shape(CFG) == (4, 32, 8) and _fetch_shape(get_config("u280")) == (1, 64, 16)
@@ -38,35 +38,35 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
 
 @pytest.mark.parametrize("resolved,cost,cls", [
     (Resolved(Opcode.MATMUL, rows=3, n=40, k=100, dst=ABUF, src1=ABUF, src2=WBUF),
-     (Unit.MATRIX, 4 + 3 * 13 * 10 + 41, 0, 0, 0), "matrix"),
+     (Unit.MATRIX, 4 + 3 * 13 * 10 + 33, 0, 0, 0), "matrix"),
     # dst and aux both at 0: row 0's maximum (memory 0) is written with pair 4's results (row 1, group 1: words
     # 4..7 at dst_stride 0, memory 0), so one waits a cycle
-    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 1 + 41 + 2, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 1 + 33 + 2, 0, 0, 0), "matrix"),
     (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 4 + 2 * 3 + 10, 0, 0, 0), "vector"),
-    (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 4 + 5 + 26, 0, 0, 0), "vector"),
+    (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 4 + 5 + 18, 0, 0, 0), "vector"),
     # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks
-    (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 26, 0, 0, 0), "vector"),
-    (Resolved(Opcode.MATMUL, rows=1, n=4, k=24), (Unit.MATRIX, 4 + 2 * 5 + 1 + 41, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 18, 0, 0, 0), "vector"),
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=24), (Unit.MATRIX, 4 + 2 * 5 + 1 + 33, 0, 0, 0), "matrix"),
     # weight rows 5 chunks apart (a multiple of the 5 buffer memories): a beat's 4 lanes read 4 chunks of one
     # memory, 3 stalls a beat, 2 beats; rows 12 words apart: chunks 0, 1-2, 3, 4-5, memory 0 twice, 1 stall a beat
     (Resolved(Opcode.MATMUL, rows=1, n=8, k=8, src2=(Space.WBUF, 80), src2_stride=40),
-     (Unit.MATRIX, 4 + 2 + 2 * 3 + 41, 0, 0, 0), "matrix"),
+     (Unit.MATRIX, 4 + 2 + 2 * 3 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
-     (Unit.MATRIX, 4 + 2 + 2 * 1 + 41, 0, 0, 0), "matrix"),
+     (Unit.MATRIX, 4 + 2 + 2 * 1 + 33, 0, 0, 0), "matrix"),
     # the bias, read at a pair's last tile with the weights (4 columns 8 words apart: memories 0..3 of WBUF): in the
     # free memory 4 (aux 32) no stall; at aux 40 (memory 0, another row than column 0's chunk) 1 stall. x shares
     # ABUF with a MASKED_QK's keys (columns at chunks 10..13, memories 0..3): row r's x (chunk r, memory r) meets
     # column r's chunk, 1 stall a row
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
-              aux=(Space.WBUF, 32)), (Unit.MATRIX, 4 + 1 + 41, 0, 0, 0), "matrix"),
+              aux=(Space.WBUF, 32)), (Unit.MATRIX, 4 + 1 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
-              aux=(Space.WBUF, 40)), (Unit.MATRIX, 4 + 1 + 1 + 41, 0, 0, 0), "matrix"),
+              aux=(Space.WBUF, 40)), (Unit.MATRIX, 4 + 1 + 1 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MASKED_QK, rows=2, n=4, k=8, src1=(Space.ABUF, 0), src1_stride=8, src2=(Space.ABUF, 80),
-              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 2 + 41 + 2, 0, 0, 0), "matrix"),
+              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 2 + 33 + 2, 0, 0, 0), "matrix"),
     # one row, two column groups: the second beat re-uses the first's x tile (chunk 0, memory 0), so only the first
     # meets its key column 0 (chunk 10); column 5 (chunk 15, memory 0) would meet it too if x were read again
     (Resolved(Opcode.MASKED_QK, rows=1, n=8, k=8, src1=(Space.ABUF, 0), src1_stride=8, src2=(Space.ABUF, 80),
-              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 1 + 41 + 2, 0, 0, 0), "matrix"),
+              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 1 + 33 + 2, 0, 0, 0), "matrix"),
     # vector operands in one memory (5 memories of 8-word chunks, a period of 40 words): src2 40 words after src1
     # puts each chunk's two reads in one memory, 1 stall a chunk; 8 words after, never; unaligned, chunks t, t + 1
     # and 5 + t, 6 + t: 1 stall (2 distinct chunks in each of 2 memories); a row scalar at 40 meets chunk 0 only,
@@ -169,7 +169,7 @@ def run(texts, cfg=CFG):
 LOAD_LONG = "LOAD dst=WBUF[4096] src1=HBM[0] rows=1 n=2880"
 # 5,760 B = 22.5 granules of 256 B over 4 channels (XOR interleave): channel 0 gets 6 granules, 1,536 B, 96 beats:
 # 1536 / 14.4 B/cycle = 106.7 -> 107 cycles of the channel; with the fixed 5 + 36: 147 cycles on the DMA unit.
-MATMUL_BANK0 = "MATMUL dst=ABUF[0] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"  # 4 + (7 * 5 + 4) + 41 = 84
+MATMUL_BANK0 = "MATMUL dst=ABUF[0] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"  # 4 + (7 * 5 + 4) + 33 = 76
 # Fetch at sim-small: the first word's 4 beats arrive 2 + 1 + 32 cycles after the start (request, handshake,
 # latency), its last one at 38; 2 cycles through fetch's FIFO and 1 into the controller's head: decided at 41.
 # Then one word every 4 beats: word i at 41 + 4 i. A unit takes an instruction 2 cycles after its decision (its
@@ -197,9 +197,9 @@ def test_fetch_fifo_runs_dry_after_a_stall():
 
 def test_independent_dma_overlaps_matmul():
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("MATMUL", 45, 47, 131), ("HALT", 190, 190, 191)]
+    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("MATMUL", 45, 47, 123), ("HALT", 190, 190, 191)]
     assert report.cycles == 191
-    assert report.cards[0].busy == {"DMA": 147, "MATRIX": 84, "CONTROL": 1}
+    assert report.cards[0].busy == {"DMA": 147, "MATRIX": 76, "CONTROL": 1}
 
 
 def test_a_hazard_holds_every_later_instruction():
@@ -207,24 +207,24 @@ def test_a_hazard_holds_every_later_instruction():
     behind it (a NOP, a VADD) waits with it."""
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0.replace('WBUF[0]', 'WBUF[4096]')}\nNOP\n"
                  "VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\nHALT")
-    assert report.cards[0].timeline[1:4] == [("MATMUL", 190, 192, 276), ("NOP", 191, 191, 192),
+    assert report.cards[0].timeline[1:4] == [("MATMUL", 190, 192, 268), ("NOP", 191, 191, 192),
                                              ("VADD", 192, 194, 216)]
-    assert report.cycles == 277
+    assert report.cycles == 269
 
 
 def test_write_after_read_and_read_after_write_wait():
     war = run(f"{MATMUL_BANK0}\n{LOAD_LONG.replace('WBUF[4096]', 'WBUF[960]')}\nHALT")
-    assert war.cards[0].timeline[:2] == [("MATMUL", 41, 43, 127), ("LOAD", 127, 129, 276)]
+    assert war.cards[0].timeline[:2] == [("MATMUL", 41, 43, 119), ("LOAD", 119, 121, 268)]
     raw = run("VADD dst=ABUF[100] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert raw.cards[0].timeline[:2] == [("VADD", 41, 43, 65), ("MATMUL", 65, 67, 151)]
+    assert raw.cards[0].timeline[:2] == [("VADD", 41, 43, 65), ("MATMUL", 65, 67, 143)]
     independent = run("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
-    assert independent.cards[0].timeline[1] == ("MATMUL", 45, 47, 131)
+    assert independent.cards[0].timeline[1] == ("MATMUL", 45, 47, 123)
 
 
 def test_barrier_waits_for_everything_issued_before_it():
     report = run(f"{LOAD_LONG}\nBARRIER\n{MATMUL_BANK0}\nHALT")
-    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("BARRIER", 190, 190, 191), ("MATMUL", 191, 193, 277),
-                                        ("HALT", 277, 277, 278)]
+    assert report.cards[0].timeline == [("LOAD", 41, 43, 190), ("BARRIER", 190, 190, 191), ("MATMUL", 191, 193, 269),
+                                        ("HALT", 269, 269, 270)]
 
 
 def test_full_unit_queue_stalls_the_decoder():
@@ -293,7 +293,7 @@ def test_double_buffered_weight_stream_overlaps_the_matrix_unit():
         bank = (i % 2) * 32768
         chunks.append(f"LOAD dst=WBUF[{bank}] src1=HBM[{i * 8192}] rows=1 n=8192")  # 4,096 B a channel: 5 + 284 + 36
         chunks.append(f"MATMUL dst=ABUF[{1000 + 64 * i}] src1=ABUF[0] src2=WBUF[{bank}] rows=1 n=64 k=128 "
-                      "src2_stride=128")  # 4 + 16 * 16 + 41 = 301
+                      "src2_stride=128")  # 4 + 16 * 16 + 33 = 293
     cfg = CFG
     cards = [CardImage(Program(assemble("\n".join(chunks) + "\nHALT"), cfg.name, cfg.hash), [], 6 * 8192, 0)]
     device = SimulatorDevice(cfg)
@@ -303,10 +303,10 @@ def test_double_buffered_weight_stream_overlaps_the_matrix_unit():
     assert report.cards[0].busy["DMA"] == 6 * 325
     # MATMUL i waits in the controller for LOAD i (done, then 2 cycles to the matrix unit); LOAD i + 1 stands behind
     # it in program order, so it starts 3 cycles after LOAD i is done: one chunk every 325 + 3 cycles, the matrix
-    # unit (301 a chunk) waiting for the weights.
+    # unit (293 a chunk) waiting for the weights.
     timeline = report.cards[0].timeline
     assert [t[2] for t in timeline if t[0] == "MATMUL"] == [370 + 328 * i for i in range(6)]
-    assert report.cycles == 370 + 328 * 5 + 301 + 1
+    assert report.cycles == 370 + 328 * 5 + 293 + 1
     # The bound: 6 x 16,384 bytes at the 6.4 GB/s peak is 1,536 cycles.
     assert report.hbm_bound_pct == pytest.approx(100 * 1536 / report.cycles)
 

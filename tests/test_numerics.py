@@ -29,25 +29,49 @@ def ref_fp16(value: np.float32) -> int:
         return int(np.float16(value).view(np.uint16))
 
 
-def ref_tree_sum(terms: list, width: int) -> np.float32:
-    """Zero-pad to tiles of `width`, fold each tile (lane i + lane i + half), add tile sums in order."""
-    tiles = max(1, -(-len(terms) // width))
-    terms = terms + [np.float32(0.0)] * (tiles * width - len(terms))
-    acc = None
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(tiles):
-            lanes = terms[t * width:(t + 1) * width]
-            while len(lanes) > 1:
-                half = len(lanes) // 2
-                lanes = [np.float32(lanes[i] + lanes[i + half]) for i in range(half)]
-            acc = lanes[0] if acc is None else np.float32(acc + lanes[0])
-    return acc
+def ref_tile_sum(pairs: list) -> np.float32:
+    """The MAC tree's block-aligned sum of one tile of FP16 pairs, from its definition with Python integers: each
+    product exactly as sig_x * sig_w * 2**(q - 50) (q the sum of the exponent fields, subnormals 1), aligned to the
+    largest q among the nonzero products keeping TREE_GUARD_BITS more bits, truncated toward zero, summed, rounded
+    once to FP32; NaN, Inf and the sign of a zero sum as IEEE sums of the products give them."""
+    g = nm.TREE_GUARD_BITS
+    terms = []
+    for a, b in pairs:
+        fa, fb = float(a), float(b)
+        with np.errstate(invalid="ignore"):
+            terms.append(np.float32(np.float32(fa) * np.float32(fb)))
+    if any(np.isnan(t) for t in terms) or (any(t == np.inf for t in terms) and any(t == -np.inf for t in terms)):
+        return np.float32(np.nan)
+    if any(np.isinf(t) for t in terms):
+        return np.float32(np.inf if any(t == np.inf for t in terms) else -np.inf)
+
+    def split(v):
+        p = int(np.float16(v).view(np.uint16))
+        e, man = (p >> 10) & 0x1F, p & 0x3FF
+        return (-1 if p >> 15 else 1) * (man | (1024 if e else 0)), max(e, 1)
+    parts = [(split(a)[0] * split(b)[0], split(a)[1] + split(b)[1]) for a, b in pairs]
+    live = [q for prod, q in parts if prod]
+    if not live:
+        return np.float32(-0.0) if all(np.signbit(t) for t in terms) else np.float32(0.0)
+    qmax = max(live)
+    total = 0
+    for prod, q in (part for part in parts if part[0]):
+        magnitude = (abs(prod) << g) >> (qmax - q)
+        total += -magnitude if prod < 0 else magnitude
+    return np.float32(math.ldexp(total, qmax - g - 50))
 
 
 def ref_dot(x: np.ndarray, w_col: np.ndarray, width: int) -> np.float32:
+    """Zero-pad to tiles of `width`, ref_tile_sum per tile, tile sums added in order in FP32."""
+    pairs = list(zip(x, w_col))
+    tiles = max(1, -(-len(pairs) // width))
+    pairs += [(np.float16(0.0), np.float16(0.0))] * (tiles * width - len(pairs))
+    acc = None
     with np.errstate(over="ignore", invalid="ignore"):
-        products = [np.float32(np.float32(a) * np.float32(b)) for a, b in zip(x, w_col)]
-    return ref_tree_sum(products, width)
+        for t in range(tiles):
+            s = ref_tile_sum(pairs[t * width:(t + 1) * width])
+            acc = s if acc is None else np.float32(acc + s)
+    return acc
 
 
 def ref_matmul_bits(x: np.ndarray, w: np.ndarray, width: int, bias=None) -> np.ndarray:
@@ -82,15 +106,46 @@ def test_matmul_matches_elementwise_reference(data, width):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data(), width=st.sampled_from([1, 4, 8, 64]))
 def test_matmul_is_the_tree_and_accumulator_the_rtl_is_checked_against(data, width):
-    """matmul (the simulator's matrix unit) before rounding equals accumulate_tiles of the exact
-    products: fold_tree per tile (the RTL MAC tree's golden), then the tile sums in order (the RTL
-    tile accumulator's golden)."""
+    """matmul (the simulator's matrix unit) before rounding equals tile_sums per tile (the RTL MAC tree's golden), then
+    the tile sums added in order (add_in_order, the RTL tile accumulator's golden)."""
     k = data.draw(st.integers(1, 150))
     n = data.draw(st.integers(1, 5))
     x = data.draw(fp16_arrays(st.just((k,))))
     w = data.draw(fp16_arrays(st.just((k, n))))
-    acc = nm.accumulate_tiles(nm.mul_fp16_exact(x[:, None], w), width)
+    tiles = -(-k // width)
+    xp = np.zeros(tiles * width, np.float16)
+    wp = np.zeros((tiles * width, n), np.float16)
+    xp[:k], wp[:k] = x, w
+    acc = nm.add_in_order(nm.tile_sums(xp.reshape(tiles, 1, width), wp.T.reshape(n, tiles, width).transpose(1, 0, 2)),
+                          axis=0)
     assert np.array_equal(bits(nm.matmul(x, w, width)), bits(nm.to_fp16(acc)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), width=st.sampled_from([2, 8, 64]), spread=st.integers(0, 24))
+def test_tile_sum_is_within_the_stated_bound_of_the_exact_sum(data, width, spread):
+    """tile_sums of finite pairs differs from the exact sum of the products by at most the truncated bits
+    (2**(qmax - TREE_GUARD_BITS - 50) a term: for normal operands under 2**-26 of the product of exponent sum qmax)
+    plus half an FP32 step of the result; within 2**(TREE_GUARD_BITS) of qmax it is the exact sum rounded once;
+    and it does not depend on the order of the lanes."""
+    mant = data.draw(st.lists(st.floats(-2, 2, allow_nan=False), min_size=2 * width, max_size=2 * width))
+    exps = data.draw(st.lists(st.integers(-spread // 2 - 1, spread // 2 + 1), min_size=2 * width, max_size=2 * width))
+    v = np.ldexp(np.array(mant), np.array(exps)).astype(np.float16)
+    x, w = v[:width], v[width:]
+    got = float(nm.tile_sums(x, w))
+    exact = math.fsum(float(a) * float(b) for a, b in zip(x, w))
+    qs = [max((int(bits(a)) >> 10) & 31, 1) + max((int(bits(b)) >> 10) & 31, 1) for a, b in zip(x, w) if a * b != 0]
+    if not qs:
+        assert got == 0
+        return
+    qmax = max(qs)
+    truncated = sum(1 for q in qs if qmax - q > nm.TREE_GUARD_BITS)
+    half_ulp = np.spacing(np.float32(abs(got))) / 2 if got else 0
+    assert abs(got - exact) <= truncated * 2.0 ** (qmax - nm.TREE_GUARD_BITS - 50) + half_ulp
+    if truncated == 0:  # the exact sum has at most 34 significant bits: exact in a double
+        assert np.float32(got) == np.float32(exact)
+    order = np.array(data.draw(st.permutations(range(width))))
+    assert nm.fp32_bits(nm.tile_sums(x[order], w[order])) == nm.fp32_bits(got)
 
 
 def test_matmul_blocks_and_layouts_agree(monkeypatch):
@@ -101,9 +156,9 @@ def test_matmul_blocks_and_layouts_agree(monkeypatch):
     bias = rng.standard_normal(11).astype(np.float16)
     want = ref_matmul_bits(x, w_cols.T, 8, bias)
     assert np.array_equal(bits(nm.matmul(x, w_cols.T, 8, bias)), want)
-    monkeypatch.setattr(nm, "MATMUL_BLOCK_FLOATS", 50)  # 1 row x 1 column per block
+    monkeypatch.setattr(nm, "MATMUL_BLOCK_TERMS", 50)  # 1 row x 1 column per block
     assert np.array_equal(bits(nm.matmul(x, np.ascontiguousarray(w_cols.T), 8, bias)), want)
-    monkeypatch.setattr(nm, "MATMUL_BLOCK_FLOATS", 200)  # 2 rows x 2 columns per block
+    monkeypatch.setattr(nm, "MATMUL_BLOCK_TERMS", 200)  # 2 rows x 2 columns per block
     assert np.array_equal(bits(nm.matmul(x, w_cols.T, 8, bias)), want)
     assert np.array_equal(bits(nm.matmul(x[2], w_cols.T, 8, bias)), want[2])
     gelu = nm.matmul(x, w_cols.T, 8, bias, gelu=True)
@@ -144,9 +199,8 @@ def test_reduce_sum_matches_reference(data, width, with_b):
     n = data.draw(st.integers(1, 150))
     a = data.draw(fp16_arrays(st.just((n,))))
     b = data.draw(fp16_arrays(st.just((n,)))) if with_b else None
-    with np.errstate(over="ignore", invalid="ignore"):
-        terms = [np.float32(a[i]) if b is None else np.float32(np.float32(a[i]) * np.float32(b[i])) for i in range(n)]
-    assert bits(nm.reduce_sum(a, width, b)) == ref_fp16(ref_tree_sum(terms, width))
+    ones = np.ones(n, np.float16)
+    assert bits(nm.reduce_sum(a, width, b)) == ref_fp16(ref_dot(a, ones if b is None else b, width))
 
 
 @settings(max_examples=40, deadline=None)
@@ -295,7 +349,7 @@ def test_special_tables_stay_in_their_ranges():
 
 
 def test_compiled_matmul_kernel_is_bit_exact_with_the_torch_path():
-    """hw/native.py (when a C compiler is there) against numerics._matmul_acc_torch: random, subnormal, signed-zero,
+    """hw/native.py (when a C compiler is there) against numerics._matmul_acc_blocks: random, subnormal, signed-zero,
     infinite and NaN operands, widths 8 to 64, any K (zero padding), strided weight columns."""
     from ringgpt.hw import native
     if native.library() is None:
@@ -311,15 +365,15 @@ def test_compiled_matmul_kernel_is_bit_exact_with_the_torch_path():
             w.flat[rng.integers(0, w.size, 3)] = np.float16(6e-8)
             x.flat[rng.integers(0, x.size, 3)] = -0.0
         w = w if trial % 2 else np.ascontiguousarray(w.T).T
-        ours, torch_path = native.matmul_acc(x, w, width), nm._matmul_acc_torch(x, w, width)
+        ours, torch_path = native.matmul_acc(x, w, width), nm._matmul_acc_blocks(x, w, width)
         nan = np.isnan(torch_path)
         assert np.array_equal(np.isnan(ours), nan)
         assert np.array_equal(ours[~nan].view(np.uint32), torch_path[~nan].view(np.uint32)), trial
 
 
 def test_compiled_matmul_kernel_every_tile_width_and_layout():
-    """hw/native.py's AVX2 paths (widths 8 ... 128: FP16 weights converted in registers, the last tile zero-padded)
-    and its generic path (other widths) against the torch path: K inside and across tile boundaries, strided rows
+    """hw/native.py's AVX2 paths (widths 8 ... 128: a tile's lanes in AVX2 registers, the last tile zero-padded)
+    and its generic path (other widths) against the numpy path: K inside and across tile boundaries, strided rows
     and columns, rows sharing one address, special values."""
     from ringgpt.hw import native
     if native.library() is None:
@@ -337,7 +391,7 @@ def test_compiled_matmul_kernel_every_tile_width_and_layout():
             rows = np.broadcast_to(rows[:1], rows.shape)     # every row at one address
         cols = w[:, :k].T                                    # columns k + 3 words apart
         with np.errstate(over="ignore", invalid="ignore"):
-            ours, want = native.matmul_acc(rows, cols, width), nm._matmul_acc_torch(rows, cols, width)
+            ours, want = native.matmul_acc(rows, cols, width), nm._matmul_acc_blocks(rows, cols, width)
         nan = np.isnan(want)
         assert np.array_equal(np.isnan(ours), nan), (trial, width)
         assert np.array_equal(ours[~nan].view(np.uint32), want[~nan].view(np.uint32)), (trial, width)
@@ -375,14 +429,13 @@ def test_vector_fp16_arithmetic_is_the_fp32_operation_rounded_once(op):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), width=st.sampled_from([1, 2, 8, 64, 128]), b_kind=st.sampled_from(["none", "rows", "scalar"]))
 def test_reduce_sum_of_rows_equals_the_tree_path(data, width, b_kind):
-    """reduce_sum along the rows of a 2-D block (the compiled kernel when present) against accumulate_tiles of the
-    exact products, with no b, one b per row or a broadcast scalar."""
+    """reduce_sum along the rows of a 2-D block (the compiled kernel when present) against dot_tiles of the pairs,
+    with no b, one b per row or a broadcast scalar."""
     rows, n = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 200))
     a = data.draw(fp16_arrays(st.just((rows, n))))
     b = {"none": None, "rows": data.draw(fp16_arrays(st.just((rows, n)))),
          "scalar": data.draw(fp16_arrays(st.just(())))}[b_kind]
-    terms = a.astype(np.float32) if b is None else nm.mul_fp16_exact(a, b)
-    want = nm.to_fp16(nm.accumulate_tiles(terms.T, width))
+    want = nm.to_fp16(nm.dot_tiles(a, np.float16(1.0) if b is None else b, width))
     assert np.array_equal(bits(nm.reduce_sum(a, width, b, axis=1)), bits(want))
 
 

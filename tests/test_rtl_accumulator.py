@@ -1,4 +1,4 @@
-"""TileAccumulator RTL against numerics.accumulate_tiles on Verilator and Icarus."""
+"""TileAccumulator RTL against numerics.add_in_order on Verilator and Icarus."""
 import pytest
 
 from ringgpt.hw.arith.accumulator import TileAccumulator

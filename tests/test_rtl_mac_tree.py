@@ -1,4 +1,4 @@
-"""MacTree RTL against numerics.fold_tree(numerics.mul_fp16_exact) on Verilator and Icarus."""
+"""MacTree RTL against numerics.tile_sums on Verilator and Icarus."""
 import pytest
 
 from ringgpt.hw.arith.mac_tree import MacTree
@@ -15,8 +15,9 @@ def test_rejects_width_not_a_power_of_two(width):
         MacTree(width)
 
 
-@pytest.mark.parametrize("width, latency", [(2, 8), (8, 18), (64, 33)])
-def test_latency_is_multiplier_plus_adder_levels_plus_fifo(width, latency):
+@pytest.mark.parametrize("width, latency", [(2, 8), (4, 8), (8, 10), (16, 10), (64, 12), (128, 14)])
+def test_latency_is_split_two_trees_normalise_round_plus_fifo(width, latency):
+    """1 (split) + 2 x ceil(log2(width) / 2) (max tree, adder tree) + 4 (align, count, normalise, round) + 1 (FIFO)."""
     assert MacTree(width).latency == latency
 
 

@@ -14,8 +14,8 @@ INSTRUCTIONS = {"verilator": 150, "icarus": 20}
 
 def test_latency_from_the_parts():
     unit = MatrixUnit(small_config(abuf_words=2048, wbuf_words=1024))
-    # read 1, MAC tree 2 + 5 * log2(8), accumulator 6, bias read 1 + FP16->FP32 2 + add 5 + FP16 2 + GELU 7
-    assert unit.tree_latency == 17 and unit.latency == 1 + 17 + 6 + 17
+    # read 1, MAC tree 5 + 2 * ceil(log2(8) / 2), accumulator 6, bias read 1 + FP16->FP32 2 + add 5 + FP16 2 + GELU 7
+    assert unit.tree_latency == 9 and unit.latency == 1 + 9 + 6 + 17
     assert unit.contexts == 9 and unit.row_max_latency == 2
 
 

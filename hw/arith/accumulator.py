@@ -1,4 +1,4 @@
-"""Sequential FP32 accumulation across tiles (`numerics.accumulate_tiles` after the tree): the first
+"""Sequential FP32 accumulation across tiles (`numerics.add_in_order` of the MAC tree's tile sums): the first
 tile's sum is loaded, later tile sums are added in order, the tile flagged `last` emits the total.
 
 The adder's pipeline makes a loop: a tile cannot be added before the previous tile of the same sum

@@ -1,14 +1,22 @@
-"""MAC tree: one matrix-unit lane. `width` exact FP16 products reduced by the folding FP32 adder
-tree (`numerics.fold_tree` of `numerics.mul_fp16_exact`): level by level, lane j is added to lane
-j + n/2 while n lanes remain."""
-from amaranth.hdl import Module
+"""MAC tree: one matrix-unit lane, and the vector unit's VSUM/VDOT. `width` exact FP16 products summed by block
+alignment (`numerics.tile_sums`): integer products, aligned to the tile's largest exponent sum, one integer adder
+tree, one rounding to FP32. No floating-point adder inside the tree."""
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import FP16, FP32, check_power_of_two
-from .fp16_mul import FP16MulCore
-from .fp32_add import FP32AddCore
+from .. import numerics as nx
+from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, leading_zeros, register, \
+    register_fp32_result, round_pack_fp32, stage
 from .stream import Streamed
+
+LEVELS_PER_STAGE = 2
+"""Levels of the max tree and of the adder tree between two pipeline registers."""
+_PRODUCT = 2 * (nx.FP16_MAN_BITS + 1)
+_ALIGNED = _PRODUCT + nx.TREE_GUARD_BITS
+"""Bits of an aligned product's magnitude: the 22-bit product and the guard bits below it."""
+_EXP_OFFSET = nx.FP32_BIAS - nx.TREE_GUARD_BITS - nx.PRODUCT_SCALE
+"""FP32 biased exponent of an aligned sum = qmax + _EXP_OFFSET + index of its leading one."""
 
 
 def mac_operands(width: int) -> data.StructLayout:
@@ -16,42 +24,118 @@ def mac_operands(width: int) -> data.StructLayout:
     return data.StructLayout({"x": data.ArrayLayout(FP16, width), "w": data.ArrayLayout(FP16, width)})
 
 
-class MacTreeCore(wiring.Component):
-    """Free-running MAC tree: `o` = fold_tree(mul_fp16_exact(i.x, i.w)), FP32.
+def tree_stages(leaves: int) -> int:
+    """Pipeline stages of a reduction tree over `leaves` values (LEVELS_PER_STAGE levels a stage)."""
+    levels = (leaves - 1).bit_length()
+    return max(1, -(-levels // LEVELS_PER_STAGE))
 
-    `latency` = FP16MulCore.latency + log2(width) * FP32AddCore.latency = 2 + 5 * log2(width)
-    cycles; `width` multipliers and width - 1 adders, one dot product of `width` terms per cycle.
+
+def reduce_tree(m: Module, values: list, combine, *, name: str):
+    """Pairwise reduction of `values` with `combine(a, b)`, a register after every LEVELS_PER_STAGE levels and at
+    the root: latency tree_stages(len(values)) cycles."""
+    level = 0
+    while True:
+        if len(values) > 1:
+            values = [combine(values[2 * j], values[2 * j + 1]) for j in range(len(values) // 2)] \
+                + values[len(values) // 2 * 2:]
+            level += 1
+        if len(values) == 1 or level % LEVELS_PER_STAGE == 0:
+            values = [register(m, v, name=f"{name}{level}_{j}") for j, v in enumerate(values)]
+            if len(values) == 1:
+                return values[0]
+
+
+class MacTreeCore(wiring.Component):
+    """Free-running MAC tree: `o` = tile_sums(i.x, i.w), FP32.
+
+    Stage 1 splits each pair into its integer product (the 11 x 11-bit significands, subnormals without hidden
+    bit) and exponent sum q (exponent fields, subnormals 1), and reduces the lanes' NaN, Inf and -0 flags. Then
+    the largest q of the nonzero products (a max tree); each product aligned to it, magnitude << TREE_GUARD_BITS >>
+    (qmax - q), negative ones as their ones' complement; the integer adder tree, whose root also adds the count of
+    negative products (registered once more); the sum's magnitude and leading zeros; FP32 rounding (RNE) and packing.
+    `latency` = 2 * tree_stages(width) + 5 cycles (11 at width 64); one dot product of `width` terms per cycle.
     """
 
     def __init__(self, width: int):
         check_power_of_two("MAC tree", width)
         self.width = width
-        self.levels = width.bit_length() - 1
-        self.latency = FP16MulCore.latency + self.levels * FP32AddCore.latency
+        self.latency = 2 * tree_stages(width) + 5
         super().__init__({"i": In(mac_operands(width)), "o": Out(FP32)})
 
     def elaborate(self, platform):
         m = Module()
-        lanes = []
-        for j in range(self.width):
-            mul = m.submodules[f"mul{j}"] = FP16MulCore()
-            m.d.comb += [mul.i.a.eq(self.i.x[j]), mul.i.b.eq(self.i.w[j])]
-            lanes.append(mul.o)
-        for level in range(self.levels):
-            half = len(lanes) // 2
-            sums = []
-            for j in range(half):
-                add = m.submodules[f"add{level}_{j}"] = FP32AddCore()
-                m.d.comb += [add.i.a.eq(lanes[j]), add.i.b.eq(lanes[j + half])]
-                sums.append(add.o)
-            lanes = sums
-        m.d.comb += self.o.eq(lanes[0])
+        W = self.width
+        products, exponents, negatives, live = [], [], [], []
+        nan, inf_pos, inf_neg, neg_zero = [], [], [], []
+        for j in range(W):
+            x, w = self.i.x[j], self.i.w[j]
+            fields = []
+            for v in (x, w):
+                special = v.exp == FP16_EXP_MAX
+                fields.append((Cat(v.mant, v.exp != 0), Mux(v.exp == 0, 1, v.exp), special & (v.mant != 0),
+                               special & (v.mant == 0), (v.exp == 0) & (v.mant == 0)))
+            (sig_x, exp_x, nan_x, inf_x, zero_x), (sig_w, exp_w, nan_w, inf_w, zero_w) = fields
+            neg = x.sign ^ w.sign
+            s1 = stage(m, f"s1_{j}", sig_x=sig_x, sig_w=sig_w, q=exp_x + exp_w, neg=neg, live=~(zero_x | zero_w))
+            products.append(Signal(_PRODUCT, name=f"product{j}"))
+            m.d.comb += products[-1].eq(s1["sig_x"] * s1["sig_w"])
+            exponents.append(s1["q"])
+            negatives.append(s1["neg"])
+            live.append(s1["live"])
+            nan.append(nan_x | nan_w | (inf_x & zero_w) | (inf_w & zero_x))
+            inf_pos.append((inf_x | inf_w) & ~neg)
+            inf_neg.append((inf_x | inf_w) & neg)
+            neg_zero.append((zero_x | zero_w) & neg)
+        inf_pos, inf_neg = Cat(*inf_pos).any(), Cat(*inf_neg).any()
+        flags = stage(m, "s1_flags", nan=Cat(*nan).any() | (inf_pos & inf_neg), inf=inf_pos | inf_neg,
+                      inf_sign=inf_neg, all_neg_zero=Cat(*neg_zero).all())
+
+        # the largest exponent sum of the nonzero products; the products wait for it
+        qmax = reduce_tree(m, [Mux(ok, q, 0) for ok, q in zip(live, exponents)], lambda a, b: Mux(a > b, a, b),
+                           name="qmax")
+        wait = tree_stages(W)
+        terms, signs = [], []
+        for j in range(W):
+            product = delay(m, products[j], wait, name=f"product{j}")
+            q = delay(m, exponents[j], wait, name=f"q{j}")
+            neg = delay(m, negatives[j], wait, name=f"neg{j}")
+            aligned = Cat((product << nx.TREE_GUARD_BITS) >> (qmax - q).as_unsigned(), C(0, 1)).as_signed()
+            terms.append(register(m, Mux(neg, ~aligned, aligned), signed(_ALIGNED + 1), name=f"term{j}"))
+            signs.append(neg)
+        negative_count = register(m, _count(signs), name="negative_count")
+        qmax_a = register(m, qmax, name="qmax_a")
+
+        # exact integer sum: the ones' complements plus the count of negative terms
+        total = register(m, reduce_tree(m, terms, lambda a, b: a + b, name="sum")
+                         + delay(m, negative_count, wait, name="negative_count"),
+                         signed(_ALIGNED + W.bit_length() + 1), name="total")
+        q_top = delay(m, qmax_a, wait + 1, name="qmax_s")
+
+        # magnitude and leading zeros, then rounding
+        magnitude = Signal(unsigned(_ALIGNED + W.bit_length()), name="magnitude")
+        m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
+        n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
+                   zero=total == 0, qmax=q_top)
+        normalised = Signal(len(magnitude), name="normalised")
+        m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
+        exp = n1["qmax"] + (len(magnitude) - 1 + _EXP_OFFSET) - n1["lz"]
+        packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed")
+        late = delay(m, Cat(*flags.values()), self.latency - 2, name="flags")
+        register_fp32_result(m, self.o, nan=late[0], inf=late[1], zero=n1["zero"], sign=late[2],
+                             zero_sign=late[3], packed=packed)
         return m
 
 
+def _count(bits: list):
+    """The number of set bits among `bits` (a balanced tree of adders)."""
+    while len(bits) > 1:
+        bits = [bits[2 * j] + bits[2 * j + 1] for j in range(len(bits) // 2)] + bits[len(bits) // 2 * 2:]
+    return bits[0]
+
+
 class MacTree(Streamed):
-    """Stream MAC tree: payload {x, w} (`width` FP16 each) -> fold_tree of the exact products
-    (FP32); latency 3 + 5 * log2(width) cycles (core + FIFO 1), one dot product per cycle."""
+    """Stream MAC tree: payload {x, w} (`width` FP16 each) -> tile_sums(x, w) (FP32); latency MacTreeCore's + 1
+    (the FIFO), one dot product per cycle."""
 
     def __init__(self, width: int):
         super().__init__(MacTreeCore(width))

@@ -54,7 +54,7 @@ def _log2(value: int) -> int:
 class MatrixUnit(wiring.Component):
     """Matrix unit of `cfg`: `mpu_lanes` lanes of `mac_width`-wide MAC trees.
 
-    Computes MATMUL (numerics.matmul: exact products, folding tree per mac_width tile, tiles
+    Computes MATMUL (numerics.matmul: exact products, block-aligned sum per mac_width tile, tiles
     accumulated in order, + FP32 bias, one rounding, GELU by table) and MASKED_QK (the same product,
     -Inf where j > pos + r, each row's total-order maximum written to aux[r * aux_stride]).
 

@@ -6,7 +6,7 @@
       │             operands and product, one FP32 add, one rounding)
       ├─▶ per lane: SpecialFunctionCore exp, recip, rsqrt, gelu (numerics.special)
       ├─▶ MacTreeCore(vector_width) ─▶ TileAccumulator ─▶ ToFP16        VSUM (b = 1), VDOT
-      │             (numerics.reduce_sum: exact products, folding tree, tiles in order, one rounding)
+      │             (numerics.reduce_sum: exact products, block-aligned tile sums, tiles in order, one rounding)
       └─▶ MaxTreeCore(vector_width) ─▶ running max over the row's chunks  VMAX (numerics.reduce_max)
     ─▶ ABUF dst (vector_width words per cycle; one word per row for the reductions)
 
@@ -228,7 +228,7 @@ class VectorUnit(wiring.Component):
         ew_mask = Signal(V)
         m.d.comb += [ew_mask[i].eq(((ew.t << lv) + i) < n) for i in range(V)]
 
-        # VSUM, VDOT: folding tree of exact products, tiles accumulated in order, one rounding
+        # VSUM, VDOT: block-aligned sums of exact products, tiles accumulated in order, one rounding
         tree = m.submodules.sum_tree = MacTreeCore(V)
         for i in range(V):
             m.d.comb += [tree.i.x[i].eq(Mux(in_n[i], a[i], 0)),

@@ -2,7 +2,7 @@
 accumulations (1 to 12 tiles each) interleaved at random across the contexts, so that tiles of the
 same sum often follow each other closely (the stall path) and far apart (the store path); tile
 values mix normal numbers with random FP32 patterns (signed zeros, subnormals, Inf, NaN, near
-overflow). Totals and contexts are bit-exact against numerics.accumulate_tiles of each sum's tile
+overflow). Totals and contexts are bit-exact against numerics.add_in_order of each sum's tile
 values, under random valid gaps and ready back-pressure; a round-robin stream over all contexts
 runs at one tile per cycle."""
 from collections import deque
@@ -34,7 +34,7 @@ def stream(order: list[int], sums: dict[int, deque]):
         labels.append((ctx, hex(tiles[k]), first, last))
         position[ctx] = k + 1
         if last:
-            total = nx.fp32_bits(nx.accumulate_tiles(nx.fp32_from_bits(np.array(tiles, np.uint32)), 1))
+            total = nx.fp32_bits(nx.add_in_order(nx.fp32_from_bits(np.array(tiles, np.uint32))))
             expected.append(bench.pack(layout_o, {"data": int(total), "ctx": ctx}))
             sums[ctx].popleft()
             position[ctx] = 0
