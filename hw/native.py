@@ -208,18 +208,49 @@ __attribute__((target("avx2"), always_inline)) static inline int64_t tile_avx2(c
 }
 #endif
 
-#if defined(__x86_64__)
-/* tile_avx2 with the width a constant for the compiler (the loops unrolled, the exponent sums in registers). */
-__attribute__((target("avx2"))) static int64_t tile_avx2_any(const int16_t *sx, const int16_t *ex, const int16_t *sw,
-                                                             const int16_t *ew, long width, int32_t *qmax) {
-    switch (width) {
-    case 8: return tile_avx2(sx, ex, sw, ew, 8, qmax);
-    case 16: return tile_avx2(sx, ex, sw, ew, 16, qmax);
-    case 32: return tile_avx2(sx, ex, sw, ew, 32, qmax);
-    case 64: return tile_avx2(sx, ex, sw, ew, 64, qmax);
-    default: return tile_avx2(sx, ex, sw, ew, width, qmax);
+/* The columns x rows loop of accumulate for tiles of WIDTH pairs summed by TILE (the width a constant where WIDTH is
+   one, so that the compiler unrolls the tile and keeps its exponent sums in registers): the columns split one at a
+   time into ws, we, wspecial; the rows already split into xs, xe, specials. */
+#define COLUMNS(NAME, ATTR, WIDTH, TILE) \
+    ATTR static void NAME(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k, \
+                          long kp, long width_arg, float *out, const int16_t *xs, const int16_t *xe, int16_t *ws, \
+                          int16_t *we, const uint8_t *specials, uint8_t *wspecial, int64_t *totals, \
+                          int32_t *qmaxes) { \
+        const long width = WIDTH, tiles = kp / width; \
+        (void)width_arg; \
+        for (long j = 0; j < n; j++) { \
+            const uint16_t *col = w + j * w_stride; \
+            if (split(col, k, kp, WSHIFT, ws, we)) special_tiles(col, k, tiles, width, wspecial); \
+            else memset(wspecial, 0, tiles); \
+            for (long i = 0; i < m; i++) { \
+                /* the tiles' sums first (independent of each other), then their rounding and accumulation */ \
+                for (long t = 0; t < tiles; t++) { \
+                    long o = i * kp + t * width; \
+                    totals[t] = TILE(xs + o, xe + o, ws + t * width, we + t * width, width, qmaxes + t); \
+                } \
+                float acc = 0.0f; \
+                for (long t = 0; t < tiles; t++) { \
+                    float s; \
+                    if (specials[i * tiles + t] | wspecial[t] | (totals[t] == 0)) { \
+                        long valid = k - t * width < width ? k - t * width : width; \
+                        s = tile_exception(x + i * x_stride + t * width, col + t * width, valid, width); \
+                    } else { \
+                        uint64_t bits = (uint64_t)(qmaxes[t] - GUARD - SCALE + 1023) << 52; \
+                        double scale; memcpy(&scale, &bits, 8); \
+                        s = (float)((double)totals[t] * scale); \
+                    } \
+                    acc = t == 0 ? s : acc + s; \
+                } \
+                out[i * n + j] = acc; \
+            } \
+        } \
     }
-}
+COLUMNS(columns_scalar, , width_arg, tile_scalar)
+#if defined(__x86_64__)
+#define AVX2 __attribute__((target("avx2")))
+COLUMNS(columns_avx2_8, AVX2, 8, tile_avx2) COLUMNS(columns_avx2_16, AVX2, 16, tile_avx2)
+COLUMNS(columns_avx2_32, AVX2, 32, tile_avx2) COLUMNS(columns_avx2_64, AVX2, 64, tile_avx2)
+COLUMNS(columns_avx2_any, AVX2, width_arg, tile_avx2)
 #endif
 
 /* out[i * n + j] = dot_tiles(x[i, :], w[j, :], width): x: m rows of k FP16 words, row i at x + i * x_stride; w: n
@@ -230,50 +261,24 @@ static int accumulate(const uint16_t *x, long x_stride, long m, const uint16_t *
     long tiles = kp / width;
     int16_t *xs = malloc(sizeof(int16_t) * 2 * (m + 1) * kp);
     uint8_t *specials = calloc((m + 1) * tiles, 1);
-    if (!xs || !specials) { free(xs); free(specials); return -1; }
+    int64_t *totals = malloc(sizeof(int64_t) * tiles);
+    int32_t *qmaxes = malloc(sizeof(int32_t) * tiles);
+    if (!xs || !specials || !totals || !qmaxes) { free(xs); free(specials); free(totals); free(qmaxes); return -1; }
     int16_t *xe = xs + m * kp, *ws = xe + m * kp, *we = ws + kp;
     uint8_t *wspecial = specials + m * tiles;
-    int avx2 = 0;
-#if defined(__x86_64__)
-    avx2 = __builtin_cpu_supports("avx2") && width % 8 == 0 && width <= 128;
-#endif
     for (long i = 0; i < m; i++)
         if (split(x + i * x_stride, k, kp, XSHIFT, xs + i * kp, xe + i * kp))
             special_tiles(x + i * x_stride, k, tiles, width, specials + i * tiles);
-    for (long j = 0; j < n; j++) {
-        const uint16_t *col = w + j * w_stride;
-        if (split(col, k, kp, WSHIFT, ws, we)) special_tiles(col, k, tiles, width, wspecial);
-        else memset(wspecial, 0, tiles);
-        for (long i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (long t = 0; t < tiles; t++) {
-                long o = i * kp + t * width;
-                int32_t qmax = 0;
-                int64_t total = 0;
-                int exception = specials[i * tiles + t] | wspecial[t];
-                if (!exception) {
+    void (*columns)(const uint16_t *, long, long, const uint16_t *, long, long, long, long, long, float *,
+                    const int16_t *, const int16_t *, int16_t *, int16_t *, const uint8_t *, uint8_t *, int64_t *,
+                    int32_t *) = columns_scalar;
 #if defined(__x86_64__)
-                    if (avx2) total = tile_avx2_any(xs + o, xe + o, ws + t * width, we + t * width, width, &qmax);
-                    else
+    if (__builtin_cpu_supports("avx2") && width % 8 == 0 && width <= 128)
+        columns = width == 8 ? columns_avx2_8 : width == 16 ? columns_avx2_16 : width == 32 ? columns_avx2_32
+                  : width == 64 ? columns_avx2_64 : columns_avx2_any;
 #endif
-                    total = tile_scalar(xs + o, xe + o, ws + t * width, we + t * width, width, &qmax);
-                    exception = total == 0;
-                }
-                float s;
-                if (exception) {
-                    long valid = k - t * width < width ? k - t * width : width;
-                    s = tile_exception(x + i * x_stride + t * width, col + t * width, valid, width);
-                } else {
-                    uint64_t bits = (uint64_t)(qmax - GUARD - SCALE + 1023) << 52;
-                    double scale; memcpy(&scale, &bits, 8);
-                    s = (float)((double)total * scale);
-                }
-                acc = t == 0 ? s : acc + s;
-            }
-            out[i * n + j] = acc;
-        }
-    }
-    free(xs); free(specials);
+    columns(x, x_stride, m, w, w_stride, n, k, kp, width, out, xs, xe, ws, we, specials, wspecial, totals, qmaxes);
+    free(xs); free(specials); free(totals); free(qmaxes);
     return 0;
 }
 
