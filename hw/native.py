@@ -1,7 +1,8 @@
-"""A compiled kernel for `numerics._matmul_acc`: the same integer and FP32 operations (the MAC tree's
-block-aligned sum of each tile's exact products, `numerics.tile_sums`, the tile sums added in order), one pass per
-output element in cache instead of numpy passes over whole blocks of products (on AVX2, a tile's lanes vectorised by
-the compiler). `matmul_fp16` also adds the bias and rounds to FP16 as `numerics.matmul` does (F16C's conversion, then
+"""A compiled kernel for `numerics._matmul_acc`: the MAC tree's block-aligned sum of each tile's exact products
+(`numerics.tile_sums`), the tile sums added in order, one pass per output element in cache instead of numpy passes
+over whole blocks of products. On AVX2 with F16C a tile is two passes over its lanes: the exponent sums' maximum
+(16 lanes a register), then each exact FP32 product scaled by a power of two and truncated to an integer by the
+conversion instruction, which is the aligned term itself; elsewhere the same sum in integers. `matmul_fp16` also adds the bias and rounds to FP16 as `numerics.matmul` does (F16C's conversion, then
 the canonical NaN). It is an implementation of the definition in numerics.py, not a second definition:
 tests/test_numerics.py checks it bit for bit against `numerics._matmul_acc_blocks` and numerics.to_fp16 (random,
 special and subnormal values), and those remain the fallback.
@@ -172,33 +173,98 @@ static int64_t tile_scalar(const int16_t *sx, const int16_t *ex, const int16_t *
     return total;
 }
 
-#if defined(__x86_64__)
-/* tile_scalar for a width of 8 * R lanes (R <= 16) in AVX2 registers: the exponent sums kept from the first pass;
-   vpmaddwd forms the products (each int32 lane holds one int16 and a zero), vpsrlvd the shift (counts past 31 give
-   0), vpsignd puts the sign back. */
-__attribute__((target("avx2"), always_inline)) static inline int64_t tile_avx2(const int16_t *sx, const int16_t *ex, const int16_t *sw,
-                                                                const int16_t *ew, long width, int32_t *qmax_out) {
-    __m256i q[16], qmax = _mm256_setzero_si256();
-    long regs = width / 8;
-    for (long r = 0; r < regs; r++) {
-        q[r] = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(ex + 8 * r))),
-                                _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(ew + 8 * r))));
-        qmax = _mm256_max_epi32(qmax, q[r]);
+/* One output element from its tiles' aligned sums (totals, qmaxes): each rounded once to FP32 (the exceptions, an Inf
+   or NaN operand or a zero sum, by tile_exception from the row's and the column's FP16 words), added in order. */
+static inline float add_tiles(const int64_t *totals, const int32_t *qmaxes, const uint8_t *row_specials,
+                              const uint8_t *col_specials, const uint16_t *row, const uint16_t *col, long k, long width,
+                              long tiles) {
+    float acc = 0.0f;
+    for (long t = 0; t < tiles; t++) {
+        float s;
+        if (row_specials[t] | col_specials[t] | (totals[t] == 0)) {
+            long valid = k - t * width < width ? k - t * width : width;
+            s = tile_exception(row + t * width, col + t * width, valid, width);
+        } else {
+            uint64_t bits = (uint64_t)(qmaxes[t] - GUARD - SCALE + 1023) << 52;
+            double scale; memcpy(&scale, &bits, 8);
+            s = (float)((double)totals[t] * scale);
+        }
+        acc = t == 0 ? s : acc + s;
     }
-    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(qmax), _mm256_extracti128_si256(qmax, 1));
-    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
-    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
-    int32_t qm = _mm_cvtsi128_si32(m4);
-    __m256i top = _mm256_set1_epi32(qm), sum = _mm256_setzero_si256(), wide = _mm256_setzero_si256();
-    for (long r = 0; r < regs; r++) {
-        __m256i p = _mm256_madd_epi16(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sx + 8 * r))),
-                                      _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(sw + 8 * r))));
-        __m256i v = _mm256_sign_epi32(_mm256_srlv_epi32(_mm256_abs_epi32(p), _mm256_sub_epi32(top, q[r])), p);
-        sum = _mm256_add_epi32(sum, v);
-        if ((r + 1) % BATCH == 0 || r + 1 == regs) {
+    return acc;
+}
+
+/* The columns x rows loop of accumulate without AVX2: the columns split one at a time into ws, we, wspecial; the rows
+   already split into xs, xe, specials; each row's tile sums formed before their rounding and accumulation. */
+static void columns_scalar(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k,
+                           long kp, long width, float *out, const int16_t *xs, const int16_t *xe, int16_t *ws,
+                           int16_t *we, const uint8_t *specials, uint8_t *wspecial, int64_t *totals,
+                           int32_t *qmaxes) {
+    const long tiles = kp / width;
+    for (long j = 0; j < n; j++) {
+        const uint16_t *col = w + j * w_stride;
+        if (split(col, k, kp, WSHIFT, ws, we)) special_tiles(col, k, tiles, width, wspecial);
+        else memset(wspecial, 0, tiles);
+        for (long i = 0; i < m; i++) {
+            /* the tiles' sums first (independent of each other), then their rounding and accumulation */
+            for (long t = 0; t < tiles; t++) {
+                long o = i * kp + t * width;
+                totals[t] = tile_scalar(xs + o, xe + o, ws + t * width, we + t * width, width, qmaxes + t);
+            }
+            out[i * n + j] = add_tiles(totals, qmaxes, specials + i * tiles, wspecial, x + i * x_stride, col, k, width,
+                                       tiles);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+#define AVX2_F16C __attribute__((target("avx2,f16c")))
+/* tile_scalar in AVX2 registers, the column's FP16 words read as they are: pass 1 takes the exponent sums of 16 lanes
+   a register (int16; a zero weight's, and a zero, Inf or NaN x's, out of the max) and notes Inf or NaN weights in
+   *special; pass 2 forms each product exactly in FP32 (F16C's conversion, one multiply), scales it by
+   2^(GUARD + SCALE - qmax) (exact: a power of two, the result below 2^28 and above FP32's normals) and truncates it
+   toward zero to an int32 (vcvttps2dq): the aligned term itself. x: the row as FP32, xe: its exponent fields. */
+__attribute__((target("avx2,f16c"), always_inline)) static inline int64_t tile_f16c(
+        const float *xf, const int16_t *xe, const uint16_t *w, long width, int32_t *qmax_out, uint8_t *special) {
+    const __m256i top = _mm256_set1_epi16(0x1f), one = _mm256_set1_epi16(1), none = _mm256_set1_epi16(ZERO_EXP);
+    const __m256i magnitude = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
+    __m256i qmax = zero, inf_nan = zero;
+    long r = 0;
+    for (; r + 16 <= width; r += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(w + r));
+        __m256i e = _mm256_and_si256(_mm256_srli_epi16(h, 10), top);
+        inf_nan = _mm256_or_si256(inf_nan, _mm256_cmpeq_epi16(e, top));
+        __m256i q = _mm256_add_epi16(_mm256_max_epi16(e, one), _mm256_loadu_si256((const __m256i *)(xe + r)));
+        q = _mm256_blendv_epi8(q, none, _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), zero));
+        qmax = _mm256_max_epi16(qmax, q);
+    }
+    __m128i m8 = _mm_max_epi16(_mm256_castsi256_si128(qmax), _mm256_extracti128_si256(qmax, 1));
+    __m128i spec8 = _mm_or_si128(_mm256_castsi256_si128(inf_nan), _mm256_extracti128_si256(inf_nan, 1));
+    if (r < width) {  /* the last 8 lanes of a width not a multiple of 16 */
+        __m128i h = _mm_loadu_si128((const __m128i *)(w + r));
+        __m128i e = _mm_and_si128(_mm_srli_epi16(h, 10), _mm256_castsi256_si128(top));
+        spec8 = _mm_or_si128(spec8, _mm_cmpeq_epi16(e, _mm256_castsi256_si128(top)));
+        __m128i q = _mm_add_epi16(_mm_max_epi16(e, _mm256_castsi256_si128(one)), _mm_loadu_si128((const __m128i *)(xe + r)));
+        q = _mm_blendv_epi8(q, _mm256_castsi256_si128(none),
+                            _mm_cmpeq_epi16(_mm_and_si128(h, _mm256_castsi256_si128(magnitude)), _mm_setzero_si128()));
+        m8 = _mm_max_epi16(m8, q);
+    }
+    m8 = _mm_max_epi16(m8, _mm_shuffle_epi32(m8, 0x4e));
+    m8 = _mm_max_epi16(m8, _mm_shuffle_epi32(m8, 0xb1));
+    m8 = _mm_max_epi16(m8, _mm_srli_epi32(m8, 16));
+    int32_t qm = (int16_t)_mm_cvtsi128_si32(m8);
+    *special = !_mm_testz_si128(spec8, spec8);
+    uint32_t scale_bits = (uint32_t)(GUARD + SCALE - qm + 127) << 23;
+    float scale_f; memcpy(&scale_f, &scale_bits, 4);
+    __m256 scale = _mm256_set1_ps(scale_f);
+    __m256i sum = zero, wide = zero;
+    for (long k = 0; k < width / 8; k++) {
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(xf + 8 * k), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 8 * k))));
+        sum = _mm256_add_epi32(sum, _mm256_cvttps_epi32(_mm256_mul_ps(p, scale)));
+        if ((k + 1) % BATCH == 0 || k + 1 == width / 8) {
             wide = _mm256_add_epi64(wide, _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(sum)),
                                                            _mm256_cvtepi32_epi64(_mm256_extracti128_si256(sum, 1))));
-            sum = _mm256_setzero_si256();
+            sum = zero;
         }
     }
     int64_t lanes[4];
@@ -206,51 +272,34 @@ __attribute__((target("avx2"), always_inline)) static inline int64_t tile_avx2(c
     *qmax_out = qm;
     return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
-#endif
 
-/* The columns x rows loop of accumulate for tiles of WIDTH pairs summed by TILE (the width a constant where WIDTH is
-   one, so that the compiler unrolls the tile and keeps its exponent sums in registers): the columns split one at a
-   time into ws, we, wspecial; the rows already split into xs, xe, specials. */
-#define COLUMNS(NAME, ATTR, WIDTH, TILE) \
-    ATTR static void NAME(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k, \
-                          long kp, long width_arg, float *out, const int16_t *xs, const int16_t *xe, int16_t *ws, \
-                          int16_t *we, const uint8_t *specials, uint8_t *wspecial, int64_t *totals, \
-                          int32_t *qmaxes) { \
-        const long width = WIDTH, tiles = kp / width; \
+/* The columns x rows loop for tile_f16c, the width a constant where WIDTH is one: the rows prepared once (xf, xe,
+   specials), each column read as it is (its last, partial tile from a zero-padded copy). */
+#define COLUMNS_F16C(NAME, WIDTH) \
+    AVX2_F16C static void NAME(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, \
+                               long k, long kp, long width_arg, float *out, const float *xf, const int16_t *xe, \
+                               const uint8_t *specials, uint8_t *wspecial, int64_t *totals, int32_t *qmaxes) { \
+        const long width = WIDTH, tiles = kp / width, inside = k / width; \
+        uint16_t tail[128]; \
         (void)width_arg; \
         for (long j = 0; j < n; j++) { \
             const uint16_t *col = w + j * w_stride; \
-            if (split(col, k, kp, WSHIFT, ws, we)) special_tiles(col, k, tiles, width, wspecial); \
-            else memset(wspecial, 0, tiles); \
+            if (inside < tiles) { \
+                for (long l = 0; l < width; l++) tail[l] = inside * width + l < k ? col[inside * width + l] : 0; \
+            } \
             for (long i = 0; i < m; i++) { \
-                /* the tiles' sums first (independent of each other), then their rounding and accumulation */ \
                 for (long t = 0; t < tiles; t++) { \
                     long o = i * kp + t * width; \
-                    totals[t] = TILE(xs + o, xe + o, ws + t * width, we + t * width, width, qmaxes + t); \
+                    totals[t] = tile_f16c(xf + o, xe + o, t < inside ? col + t * width : tail, width, qmaxes + t, \
+                                          wspecial + t); \
                 } \
-                float acc = 0.0f; \
-                for (long t = 0; t < tiles; t++) { \
-                    float s; \
-                    if (specials[i * tiles + t] | wspecial[t] | (totals[t] == 0)) { \
-                        long valid = k - t * width < width ? k - t * width : width; \
-                        s = tile_exception(x + i * x_stride + t * width, col + t * width, valid, width); \
-                    } else { \
-                        uint64_t bits = (uint64_t)(qmaxes[t] - GUARD - SCALE + 1023) << 52; \
-                        double scale; memcpy(&scale, &bits, 8); \
-                        s = (float)((double)totals[t] * scale); \
-                    } \
-                    acc = t == 0 ? s : acc + s; \
-                } \
-                out[i * n + j] = acc; \
+                out[i * n + j] = add_tiles(totals, qmaxes, specials + i * tiles, wspecial, x + i * x_stride, col, k, \
+                                           width, tiles); \
             } \
         } \
     }
-COLUMNS(columns_scalar, , width_arg, tile_scalar)
-#if defined(__x86_64__)
-#define AVX2 __attribute__((target("avx2")))
-COLUMNS(columns_avx2_8, AVX2, 8, tile_avx2) COLUMNS(columns_avx2_16, AVX2, 16, tile_avx2)
-COLUMNS(columns_avx2_32, AVX2, 32, tile_avx2) COLUMNS(columns_avx2_64, AVX2, 64, tile_avx2)
-COLUMNS(columns_avx2_any, AVX2, width_arg, tile_avx2)
+COLUMNS_F16C(columns_f16c_8, 8) COLUMNS_F16C(columns_f16c_16, 16) COLUMNS_F16C(columns_f16c_32, 32)
+COLUMNS_F16C(columns_f16c_64, 64) COLUMNS_F16C(columns_f16c_any, width_arg)
 #endif
 
 /* out[i * n + j] = dot_tiles(x[i, :], w[j, :], width): x: m rows of k FP16 words, row i at x + i * x_stride; w: n
@@ -260,26 +309,35 @@ static int accumulate(const uint16_t *x, long x_stride, long m, const uint16_t *
                       long kp, long width, float *out) {
     long tiles = kp / width;
     int16_t *xs = malloc(sizeof(int16_t) * 2 * (m + 1) * kp);
+    float *xf = malloc(sizeof(float) * m * kp);
     uint8_t *specials = calloc((m + 1) * tiles, 1);
     int64_t *totals = malloc(sizeof(int64_t) * tiles);
     int32_t *qmaxes = malloc(sizeof(int32_t) * tiles);
-    if (!xs || !specials || !totals || !qmaxes) { free(xs); free(specials); free(totals); free(qmaxes); return -1; }
-    int16_t *xe = xs + m * kp, *ws = xe + m * kp, *we = ws + kp;
-    uint8_t *wspecial = specials + m * tiles;
-    for (long i = 0; i < m; i++)
-        if (split(x + i * x_stride, k, kp, XSHIFT, xs + i * kp, xe + i * kp))
-            special_tiles(x + i * x_stride, k, tiles, width, specials + i * tiles);
-    void (*columns)(const uint16_t *, long, long, const uint16_t *, long, long, long, long, long, float *,
-                    const int16_t *, const int16_t *, int16_t *, int16_t *, const uint8_t *, uint8_t *, int64_t *,
-                    int32_t *) = columns_scalar;
+    int ok = xs && xf && specials && totals && qmaxes;
+    if (ok) {
+        int16_t *xe = xs + m * kp, *ws = xe + m * kp, *we = ws + kp;
+        uint8_t *wspecial = specials + m * tiles;
+        for (long i = 0; i < m; i++)
+            if (split(x + i * x_stride, k, kp, XSHIFT, xs + i * kp, xe + i * kp))
+                special_tiles(x + i * x_stride, k, tiles, width, specials + i * tiles);
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && width % 8 == 0 && width <= 128)
-        columns = width == 8 ? columns_avx2_8 : width == 16 ? columns_avx2_16 : width == 32 ? columns_avx2_32
-                  : width == 64 ? columns_avx2_64 : columns_avx2_any;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && width % 8 == 0 && width <= 128) {
+            for (long i = 0; i < m; i++) {
+                convert(x + i * x_stride, xf + i * kp, k);
+                for (long c = k; c < kp; c++) xf[i * kp + c] = 0.0f;
+            }
+            void (*columns)(const uint16_t *, long, long, const uint16_t *, long, long, long, long, long, float *,
+                            const float *, const int16_t *, const uint8_t *, uint8_t *, int64_t *, int32_t *) =
+                width == 8 ? columns_f16c_8 : width == 16 ? columns_f16c_16 : width == 32 ? columns_f16c_32
+                : width == 64 ? columns_f16c_64 : columns_f16c_any;
+            columns(x, x_stride, m, w, w_stride, n, k, kp, width, out, xf, xe, specials, wspecial, totals, qmaxes);
+        } else
 #endif
-    columns(x, x_stride, m, w, w_stride, n, k, kp, width, out, xs, xe, ws, we, specials, wspecial, totals, qmaxes);
-    free(xs); free(specials); free(totals); free(qmaxes);
-    return 0;
+        columns_scalar(x, x_stride, m, w, w_stride, n, k, kp, width, out, xs, xe, ws, we, specials, wspecial, totals,
+                       qmaxes);
+    }
+    free(xs); free(xf); free(specials); free(totals); free(qmaxes);
+    return ok ? 0 : -1;
 }
 
 #if defined(__x86_64__)
