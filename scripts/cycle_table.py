@@ -20,10 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ringgpt.hw.core.datapath import Datapath
-from ringgpt.hw.isa import OPCODES, Flags, Opcode, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Unit
 from ringgpt.sim.cocotb_support.runner import Design, run_testbench
-from ringgpt.hw.resolved import Resolved
-from ringgpt.sim.cycle_model import instruction_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHES = {"matrix": ("ringgpt.sim.tb.tb_matrix", 150, 3), "vector": ("ringgpt.sim.tb.tb_vector", 220, 4),
@@ -62,8 +60,7 @@ def table(records: list, cfg) -> str:
             opcode = Opcode[rec["op"]]
             rtl = rec["rtl_cycles"]
             old = model_before(opcode, rec["rows"], rec["n"], rec["k"], cfg)
-            new = instruction_cost(Resolved(opcode, rows=rec["rows"], n=rec["n"], k=rec["k"],
-                                            flags=Flags(**{f: 1 for f in rec["flags"]})), cfg).cycles
+            new = rec["model_cycles"]  # instruction_cost of the whole resolved instruction (its stalls included)
             before.append((old - rtl, rtl))
             now.append((new - rtl, rtl))
 
@@ -98,10 +95,12 @@ sequences, the full-rate cases) on {args.sim}, preset `sim-small` (mpu_lanes {cf
 vector_width {cfg.vector_width}). RTL cycles are the unit's busy cycles (`Completion.cycles`: from accepting
 the instruction to `done`, both included). "Before" is `instruction_cost` with the hand-typed pipeline depths
 the config used to carry (`mpu_pipeline_cycles` {PIPELINE_BEFORE["mpu"]}, `vpu_pipeline_cycles` {PIPELINE_BEFORE["vpu"]}) and one beat per tile, and
-for on-chip LOADs rows x ceil(n / vector_width) cycles; "now" reads the units' latencies and overheads
+for on-chip LOADs rows x ceil(n / vector_width) cycles; "now" is `instruction_cost` of the whole instruction as
+the harness resolved it (addresses and strides included), which reads the units' latencies and overheads
 (`sim/cycle_model.unit_timing`, `hw/core/dma.onchip_cycles`: transposed LOADs go through a
-vector_width x vector_width tile) and models the accumulator loop (see docs/cycle-model.md). LOAD rows are
-split into straight and transposed copies.
+vector_width x vector_width tile) and models the accumulator loop and a unit's own buffer stalls (see
+docs/cycle-model.md); the instructions run while the harness contends for the buffers are not counted. LOAD rows
+are split into straight and transposed copies.
 
 {table(records, cfg)}
 """

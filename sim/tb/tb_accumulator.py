@@ -61,7 +61,7 @@ def round_robin_case(seed: int, tiles: int, contexts: int):
 @cocotb.test()
 async def bit_exact_under_backpressure(dut):
     args = bench.args()
-    await bench.check_stream(dut, "accumulate_tiles", *random_case(args["seed"], args["vectors"],
+    await bench.check_stream(dut, "add_in_order", *random_case(args["seed"], args["vectors"],
                                                                   bench.design().contexts), seed=args["seed"])
 
 
@@ -69,4 +69,4 @@ async def bit_exact_under_backpressure(dut):
 async def round_robin_one_tile_per_cycle(dut):
     unit = bench.design()
     assert unit.contexts >= unit.loop_latency, "full rate needs at least loop_latency contexts"
-    await bench.check_full_rate(dut, "accumulate_tiles at full rate", *round_robin_case(7, 40, unit.contexts))
+    await bench.check_full_rate(dut, "add_in_order at full rate", *round_robin_case(7, 40, unit.contexts))
