@@ -30,14 +30,18 @@ def tree_stages(leaves: int) -> int:
     return max(1, -(-levels // LEVELS_PER_STAGE))
 
 
+def _level(values: list, combine) -> list:
+    """One level of a pairwise reduction: combine(values[2j], values[2j + 1]), an odd last value carried on."""
+    return [combine(values[2 * j], values[2 * j + 1]) for j in range(len(values) // 2)] + values[len(values) // 2 * 2:]
+
+
 def reduce_tree(m: Module, values: list, combine, *, name: str):
     """Pairwise reduction of `values` with `combine(a, b)`, a register after every LEVELS_PER_STAGE levels and at
     the root: latency tree_stages(len(values)) cycles."""
     level = 0
     while True:
         if len(values) > 1:
-            values = [combine(values[2 * j], values[2 * j + 1]) for j in range(len(values) // 2)] \
-                + values[len(values) // 2 * 2:]
+            values = _level(values, combine)
             level += 1
         if len(values) == 1 or level % LEVELS_PER_STAGE == 0:
             values = [register(m, v, name=f"{name}{level}_{j}") for j, v in enumerate(values)]
@@ -129,7 +133,7 @@ class MacTreeCore(wiring.Component):
 def _count(bits: list):
     """The number of set bits among `bits` (a balanced tree of adders)."""
     while len(bits) > 1:
-        bits = [bits[2 * j] + bits[2 * j + 1] for j in range(len(bits) // 2)] + bits[len(bits) // 2 * 2:]
+        bits = _level(bits, lambda a, b: a + b)
     return bits[0]
 
 
