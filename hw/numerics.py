@@ -133,7 +133,8 @@ def to_fp16(x) -> np.ndarray:
 TREE_GUARD_BITS = 6
 """Bits a MAC tree keeps below the least significant bit of the product with the tile's largest
 exponent: a term whose exponent is more than this below that one loses its low bits (truncated
-toward zero; at most 2**-30 of the largest term's magnitude each, for normal operands)."""
+toward zero: less than 2**(qmax - 56) each, under 2**-26 of the product of exponent sum qmax when
+its operands are normal)."""
 PRODUCT_SCALE = 2 * (FP16_BIAS + FP16_MAN_BITS)
 """An FP16 value is sig * 2**(e - 25) (e the exponent field, 1 for subnormals): a product of
 exponent sum q is sig_x * sig_w * 2**(q - PRODUCT_SCALE)."""
