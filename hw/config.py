@@ -146,10 +146,17 @@ class ArchConfig:
         return self.mpu_lanes * self.mac_width
 
     @property
+    def beat_words(self) -> int:
+        """Words of one beat of an HBM or host AXI port (hbm_port_bits / 16). An off-chip LOAD's or GATHER's words
+        keep their offsets within it in the buffer (hw/resolved.misaligned_transfer), so the DMA engines write
+        beats into buffer rows unshifted (hw/core/dma.py)."""
+        return self.hbm_port_bits // 16
+
+    @property
     def buffer_chunk_words(self) -> int:
         """Words in one row of the on-chip buffers' memories: the widest port of any unit (mac_width,
         vector_width, an HBM beat), a power of two (hw/core/buffers.py)."""
-        return max(self.mac_width, self.vector_width, _pow2_at_least(self.hbm_port_bits // 16))
+        return max(self.mac_width, self.vector_width, _pow2_at_least(self.beat_words))
 
     @property
     def weight_align(self) -> int:

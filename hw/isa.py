@@ -249,7 +249,10 @@ OPCODES: dict[Opcode, OpSpec] = {
     Opcode.ADD: OpSpec(Unit.CONTROL, "add registers", "R[rd] = R[rs] + R[rt] (32-bit wrap)", control=("rd", "rs", "rt")),
     Opcode.LOAD: OpSpec(Unit.DMA, "copy a 2-D block into an on-chip buffer",
                         "for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 + r*src1_stride + j]; "
-                        "with transpose: dst[dst + j*dst_stride + r] = src1[src1 + r*src1_stride + j]",
+                        "with transpose: dst[dst + j*dst_stride + r] = src1[src1 + r*src1_stride + j]. "
+                        "From HBM or the host without transpose, dst - src1 and (rows > 1) dst_stride - src1_stride "
+                        "are multiples of the beat (hbm_port_bits / 16 words), else the DMA unit refuses the word "
+                        "(MISALIGNED)",
                         {"dst": ON_CHIP, "src1": (Space.HBM, Space.HOST, Space.ABUF)},
                         ("rows", "n"), ("dst_stride", "src1_stride"), flags=("transpose",)),
     Opcode.STORE: OpSpec(Unit.DMA, "copy a 2-D block from the activation buffer out to HBM or the host",
@@ -260,7 +263,9 @@ OPCODES: dict[Opcode, OpSpec] = {
                          ("rows", "n"), ("dst_stride", "src1_stride"), flags=("transpose",)),
     Opcode.GATHER: OpSpec(Unit.DMA, "gather table rows by index (embedding lookup)",
                           "for r < rows: i = uint16 bits of src2[src2 + r]; for j < n: "
-                          "dst[dst + r*dst_stride + j] = src1[src1 + i*src1_stride + j]",
+                          "dst[dst + r*dst_stride + j] = src1[src1 + i*src1_stride + j]. dst - src1, src1_stride "
+                          "and (rows > 1) dst_stride are multiples of the beat (hbm_port_bits / 16 words), else the "
+                          "DMA unit refuses the word (MISALIGNED)",
                           {"dst": (Space.ABUF,), "src1": (Space.HBM,), "src2": (Space.HOST, Space.ABUF)},
                           ("rows", "n"), ("dst_stride", "src1_stride")),
     Opcode.MATMUL: OpSpec(Unit.MATRIX, "matrix product with optional bias and fused GELU",

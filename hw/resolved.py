@@ -9,6 +9,7 @@ fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
 * `Block`, `access_blocks`, `access_ranges`: the exact words an instruction reads and writes, and their
   bounding ranges (the scoreboard's rule).
 * `misaligned_weights`: the matrix unit's alignment rule for its weights (src2, in WBUF or ABUF).
+* `misaligned_transfer`: the DMA engines' rule for a LOAD's or GATHER's rows from HBM or the host into a buffer.
 """
 from __future__ import annotations
 
@@ -143,6 +144,31 @@ def misaligned_weights(r: Resolved, align: int) -> str | None:
         space = r.src2[0].name
         return (f"its weights (src2) at {space} word {r.src2[1]} with column stride {r.src2_stride} are not on "
                 f"{align}-word boundaries (the matrix unit reads each lane's weight tile from one {space} row)")
+    return None
+
+
+def misaligned_transfer(r: Resolved, beat: int) -> str | None:
+    """Why a LOAD's or GATHER's rows from HBM or the host into ABUF or WBUF break the DMA engines' rule, or None:
+    each word must lie at the same offset within its `beat`-word group (hbm_port_bits / 16) in the buffer as in
+    HBM or the host, so that an engine writes a beat's words into a buffer row without shifting them
+    (hw/core/dma.py, PortEngine; the RTL refuses the word with ErrorCode.MISALIGNED). A LOAD: dst - src1 and, with
+    more than one row, dst_stride - src1_stride multiples of `beat`; a GATHER (any table row): dst - src1,
+    src1_stride and, with more than one row, dst_stride. Transposed LOADs (through the transpose tile), STOREs,
+    on-chip copies and empty instructions (rows or n 0) are exempt."""
+    if (r.op not in (Opcode.LOAD, Opcode.GATHER) or not (r.rows and r.n) or r.src1[0] not in (Space.HBM, Space.HOST)
+            or (r.op is Opcode.LOAD and r.flags.transpose)):
+        return None
+    steps = {"dst - src1": r.dst[1] - r.src1[1]}
+    if r.op is Opcode.GATHER:
+        steps["src1_stride"] = r.src1_stride
+    if r.rows > 1:
+        steps["dst_stride" if r.op is Opcode.GATHER else "dst_stride - src1_stride"] = (
+            r.dst_stride - (0 if r.op is Opcode.GATHER else r.src1_stride))
+    off = {name: value for name, value in steps.items() if value % beat}
+    if off:
+        said = ", ".join(f"{name} = {value}" for name, value in off.items())
+        return (f"its {r.src1[0].name} and {r.dst[0].name} words lie at different offsets within the {beat}-word "
+                f"beat ({said}: not multiples of {beat}; the DMA engines write each beat into a buffer row unshifted)")
     return None
 
 

@@ -96,11 +96,11 @@ def program_figures(cfg, run) -> dict:
 def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
     """For each HBM engine, the memories (a bit mask) each of its beats asks for, in order, for a transfer of
     `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
-    beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat writes the chunk it fills to its last word
-    and, where the job's words end in the beat or the beat ends an interleave granule, the chunk it leaves
-    (PortEngine._rows), nothing otherwise (its words wait for the next beat); the next chunk's words, where the
-    job's end reaches into it, a request of their own after (a flush, counted here as a beat)."""
-    B, K, banks, G = cfg.hbm_port_bits // 16, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
+    beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat (in one
+    chunk: the ISA's beat rule, hw/resolved.misaligned_transfer) writes its chunk when it fills it to its last word,
+    or where the job's words end in the beat or the beat ends an interleave granule (PortEngine._rows), nothing
+    otherwise (its words wait for the next beat)."""
+    B, K, banks, G = cfg.beat_words, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
     lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
     delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
     out = []
@@ -112,13 +112,11 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
             first, last = np.maximum(beat, llo[job]), np.minimum(beat + B, lhi[job]) - 1
             start = hbm.hbm_word(channel, first, cfg) + delta[job]
             end = start + (last - first)
-            chunk, straddles = start // K, end // K != start // K
+            chunk = start // K
             if write:
                 ends = (lhi[job] - beat <= B) | ((beat + B) % G == 0)
-                full = (end % K == K - 1) | straddles | ends
-                for row, flush, c in zip(np.where(full, 1 << (chunk % banks), 0).tolist(), (ends & straddles).tolist(),
-                                         chunk.tolist()):
-                    asks.extend([row, 1 << ((c + 1) % banks)] if flush else [row])
+                full = (end % K == K - 1) | ends
+                asks.extend(np.where(full, 1 << (chunk % banks), 0).tolist())
             else:
                 asks.extend([1 << banks] * len(beat))
         out.append(asks)
@@ -155,7 +153,7 @@ def grant_cycles(requests: list, rate: float, *, conflicts: bool = True, backlog
 def dma_figures(cfg, run) -> dict:
     """The grants' extra cycles over the program's LOADs and STOREs between HBM and ABUF/WBUF, at one beat per
     cycle per engine and at the HBM's sustained rate."""
-    B = cfg.hbm_port_bits // 16
+    B = cfg.beat_words
     rates = {"port": 1.0, "hbm": min(1.0, cfg.hbm_bytes_per_cycle / (cfg.hbm_channels * 2 * B))}
     period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, cfg.buffer_chunk_words * cfg.buffer_banks
     out = {"transfers": 0, **{f"{rate}_cycles": 0 for rate in rates}, **{f"{rate}_extra": 0 for rate in rates}}

@@ -15,6 +15,8 @@ counted, not synthesised (`buffer_estimate`): each read port outside a group tha
 is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
 URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is composed per requester of the shared groups
 from the buffers' own selects and shifts, each synthesised on its own at u280 width (`port_parts`, `port_logic`).
+The router and the fetch unit are synthesised whole; the controller at sim-small, its scoreboard scaled to the
+target's entries.
 `--check-buffers PRESET` synthesises a preset's whole buffers beside that composition.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ringgpt.hw.arith.to_fp16 import ToFP16
 from ringgpt.hw.config import PRESETS, get_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SYNTH = "synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top top"
+SYNTH = "synth_xilinx -family xcup -flatten -noiopad -noclkbuf -widemux 5 -top top"
 
 LUTRAM_LUTS = {"RAM32X1S": 1, "RAM64X1S": 1, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1S": 2, "RAM128X1D": 4,
                "RAM256X1S": 4, "RAM256X1D": 8, "RAM512X1S": 8, "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8,
@@ -84,6 +86,8 @@ def summarise(cells: dict[str, int]) -> dict[str, int]:
         "LUT_memory": lutram + srl,
         "FF": sum(n for cell, n in cells.items() if cell in ("FDRE", "FDSE", "FDCE", "FDPE")),
         "CARRY": cells.get("CARRY8", 0) + cells.get("CARRY4", 0),
+        "MUXF7": cells.get("MUXF7", 0),
+        "MUXF8": cells.get("MUXF8", 0),
         "DSP48E2": cells.get("DSP48E2", 0),
         "RAMB36E2": ramb36,
         "RAMB18E2": ramb18,
@@ -111,19 +115,22 @@ def synthesise(component, workdir: Path) -> dict[str, int]:
     return json.loads(stat.read_text())["design"]["num_cells_by_type"]
 
 
-U280_LIMITS = {"LUT": 1_304_000, "FF": 2_607_000, "DSP": 9_024, "BRAM36": 2_016, "URAM": 960}
-"""The Alveo U280's (XCU280) resources."""
+U280_LIMITS = {"LUT": 1_304_000, "FF": 2_607_000, "DSP": 9_024, "BRAM36": 2_016, "URAM": 960,
+               "MUXF7": 652_000, "MUXF8": 326_000}
+"""The Alveo U280's (XCU280) resources (a CLB of 8 LUTs has 4 MUXF7 and 2 MUXF8, which `-widemux` uses for
+wide multiplexers, as Vivado does)."""
 URAM_ROWS, BRAM36_ROWS = 4096, 512
 """Rows of one URAM288 (4K x 72) and one RAMB36 in its widest mode (512 x 72)."""
 
 
 def _figures(cells: dict) -> dict:
     f = summarise(cells)
-    return {"LUT": f["LUT"], "FF": f["FF"], "DSP": f["DSP48E2"], "BRAM36": f["BRAM36_equiv"]}
+    return {"LUT": f["LUT"], "FF": f["FF"], "DSP": f["DSP48E2"], "BRAM36": f["BRAM36_equiv"], "MUXF7": f["MUXF7"],
+            "MUXF8": f["MUXF8"]}
 
 
-def _add(total: dict, part: dict, times: int = 1) -> dict:
-    return {key: total.get(key, 0) + times * part.get(key, 0) for key in ("LUT", "FF", "DSP", "BRAM36", "URAM")}
+def _add(total: dict, part: dict, times: float = 1) -> dict:
+    return {key: total.get(key, 0) + times * part.get(key, 0) for key in U280_LIMITS}
 
 
 def unit_parts(cfg) -> dict:
@@ -280,37 +287,48 @@ def port_logic(cfg, measure) -> dict:
       and row address (ADDRESS_BITS) of one of the AXI ports' engines.
 
     Returns buffer name -> figures, 'crossbar' -> the DMA crossbar's, and 'requesters' -> buffer -> kind -> count."""
-    from ringgpt.hw.core.interfaces import ADDRESS_BITS
-    from ringgpt.hw.core.interfaces import WORD
+    from ringgpt.hw.core.interfaces import ADDRESS_BITS, WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
-    parts = port_parts(cfg)
+    parts, mapped = port_parts(cfg), ("LUT", "MUXF7", "MUXF8")
 
-    def luts(name: str) -> float:
-        return measure(name, parts[name])["LUT"]
+    def part(name: str, times: float = 1.0) -> dict:
+        figures = measure(name, parts[name])
+        return {key: times * figures.get(key, 0) for key in mapped}
 
-    def select_bit(n: int) -> float:
-        return luts(f"select({n})") / SELECT_BITS if n > 1 else 0.0
+    def select_bits(n: int, bits: int) -> dict:
+        """`bits` bits of select(n)."""
+        return part(f"select({n})", bits / SELECT_BITS) if n > 1 else {}
+
+    def plus(*terms: dict, times: float = 1.0) -> dict:
+        return {key: times * sum(t.get(key, 0) for t in terms) for key in mapped}
 
     out, requesters = {}, group_requesters(cfg)
     for name, kinds in requesters.items():
         words_of_buffer = cfg.abuf_words if name == "ABUF" else cfg.wbuf_words
         row_bits = chunk * WORD + chunk + (-(-words_of_buffer // chunk // banks)).bit_length()
-        lut, flops = 0.0, 0
+        total, flops = {}, 0
         for (what, words), count in kinds.items():
-            if what == "tile lane":
-                lut += count * (2 * chunk * WORD * (select_bit(banks) + 1) + luts(f"read shift({chunk}, {words})"))
+            if what == "tile lane":           # two rows, each behind a 2:1 choice (one LUT a bit), and a shift
+                lane = plus(select_bits(banks, 2 * chunk * WORD), {"LUT": 2 * chunk * WORD},
+                            part(f"read shift({chunk}, {words})"))
                 flops += count * 2 * chunk * WORD
             elif what == "aligned tile lane":     # one row, its words one of chunk // words slots
-                lut += count * (chunk * WORD * (select_bit(banks) + 1) + words * WORD * select_bit(chunk // words))
+                lane = plus(select_bits(banks, chunk * WORD), {"LUT": chunk * WORD},
+                            select_bits(chunk // words, words * WORD))
                 flops += count * chunk * WORD
             elif what == "shared read":
-                lut += count * (2 * chunk * WORD * select_bit(banks) + luts(f"read shift({chunk}, {words})"))
+                lane = plus(select_bits(banks, 2 * chunk * WORD), part(f"read shift({chunk}, {words})"))
             elif what == "shared write":
-                lut += count * luts(f"write shift({chunk}, {words})")
-        lut += banks * row_bits * select_bit(_candidates(kinds, chunk))
-        out[name] = {"LUT": round(lut), "FF": flops, "DSP": 0, "BRAM36": 0, "URAM": 0}
-    crossbar = banks * (chunk * WORD + chunk + ADDRESS_BITS) * select_bit(cfg.hbm_channels + 1)
-    out["crossbar"] = {"LUT": round(crossbar), "FF": 0, "DSP": 0, "BRAM36": 0, "URAM": 0}
+                lane = part(f"write shift({chunk}, {words})")
+            else:
+                continue
+            total = plus(total, plus(lane, times=count))
+        total = plus(total, select_bits(_candidates(kinds, chunk), banks * row_bits))
+        out[name] = {**{key: round(value) for key, value in total.items()}, "FF": flops, "DSP": 0, "BRAM36": 0,
+                     "URAM": 0}
+    crossbar = select_bits(cfg.hbm_channels + 1, banks * (chunk * WORD + chunk + ADDRESS_BITS))
+    out["crossbar"] = {**{key: round(value) for key, value in plus(crossbar).items()}, "FF": 0, "DSP": 0,
+                       "BRAM36": 0, "URAM": 0}
     return {**out, "requesters": {name: {f"{k[0]} of {k[1]}": n for k, n in kinds.items()}
                                   for name, kinds in requesters.items()}}
 
@@ -332,9 +350,9 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
     progress = json_path.with_name(json_path.stem + ".parts.json")   # every part as it is synthesised
-    if reuse:
+    if reuse:      # the figures of an earlier run of the same flow
         for path in (json_path, progress):
-            if path.exists():
+            if path.exists() and json.loads(path.read_text()).get("flow") == f"Yosys {SYNTH}":
                 cache.update(json.loads(path.read_text()).get("parts", {}))
     log = {}
 
@@ -346,7 +364,7 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
             print(f"  synthesised {name}: {cache[name]} in {log[name]} s", flush=True)
             progress.parent.mkdir(parents=True, exist_ok=True)
             partial = progress.with_name(progress.name + ".partial")
-            partial.write_text(json.dumps({"parts": cache}, indent=2) + "\n")
+            partial.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "parts": cache}, indent=2) + "\n")
             partial.replace(progress)
         return cache[name]
 
@@ -365,16 +383,30 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
         rows[f"  {cls.__name__}: control and glue (sim-small)"] = glue
     # The whole DMA unit is not synthesised: YoWASP's Yosys stops on it at every width tried (8 to 64: an internal
     # assertion, count_id(wire->name) == 0 in ABC's reintegration, or after 25 minutes a trap at u280). Its AXI port
-    # engines are synthesised alone and counted once per port, and the dominant registers of the rest are counted:
-    # the transpose tile is P x P words of 16 flip-flops, each behind a fill/shift 2:1 choice (one LUT per bit); the
-    # write register P words + address + mask; the store read's choice of one of the engines' addresses (one LUT per
-    # address bit and 3 engines); the step pipeline and counters about 300 more.
+    # engines and its transpose tile are synthesised alone (the engines counted once per port), and the dominant
+    # registers of the rest are counted: the write register P words + address + mask; the store read's choice of
+    # one of the engines' addresses (one LUT per address bit and 3 engines); the step pipeline and counters about
+    # 300 more.
+    from ringgpt.hw.core.transpose import TransposeTile
     P, axi_ports = target.vector_width, target.hbm_channels + 1
-    tile = 16 * P * P
     engines = _add({}, synth(f"PortEngine({target.name}, channel 0)", lambda: PortEngine(target, 0)), axi_ports)
-    rows["DMAUnit (engines synthesised, the rest counted)"] = _add(
-        engines, {"LUT": tile + 16 * P + 32 * -(-axi_ports // 3), "FF": tile + 16 * P + 32 + P + 300, "DSP": 3,
+    engines = _add(engines, synth(f"TransposeTile({P})", lambda: TransposeTile(P)))
+    rows["DMAUnit (engines and tile synthesised, the rest counted)"] = _add(
+        engines, {"LUT": 16 * P + 32 * -(-axi_ports // 3), "FF": 16 * P + 32 + P + 300, "DSP": 3,
                   "BRAM36": 0, "URAM": 0})
+    from ringgpt.hw.core.controller import Controller
+    from ringgpt.hw.core.fetch import Fetch
+    from ringgpt.hw.core.router import Router
+    from ringgpt.hw.core.scoreboard import Scoreboard
+    for cls in (Router, Fetch):      # synthesised whole at the target's widths
+        rows[f"{cls.__name__} (whole)"] = _add({}, synth(f"{cls.__name__}({target.name})", lambda cls=cls: cls(target)))
+    # The controller at the target's queue depth is hours of Yosys: its scoreboard has an entry (a footprint of 5
+    # ranges and their comparisons, no width of the config's) per queued instruction of each unit; so the
+    # controller at sim-small, plus its scoreboard scaled by the entries
+    scale = (target.queue_depth + 1) / (small.queue_depth + 1)
+    board = synth("Scoreboard(sim-small)", lambda: Scoreboard(small))
+    rows["Controller (sim-small, scoreboard scaled to the entries)"] = _add(
+        synth("Controller(sim-small)", lambda: Controller(small)), board, scale - 1)
     buffers = buffer_estimate(target)
     ports = port_logic(target, synth)
     for name, b in buffers.items():

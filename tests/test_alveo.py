@@ -209,10 +209,11 @@ def _image(config, programs: list, host_words: int = 64) -> ApplianceImage:
 
 
 def _store(n: int, src: int = 0) -> list:
-    """HBM words [src, src + n) through ABUF to host words [0, n), then HALT."""
-    return [Instruction.make(Opcode.LOAD, dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.HBM, 0, src),
+    """HBM words [src, src + n) through ABUF words [src, src + n) (the same offsets within the beat, as an off-chip
+    LOAD keeps them) to host words [0, n), then HALT."""
+    return [Instruction.make(Opcode.LOAD, dst=Operand(Space.ABUF, 0, src), src1=Operand(Space.HBM, 0, src),
                              rows=Dim(0, 1), n=Dim(0, n)),
-            Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, 0), src1=Operand(Space.ABUF, 0, 0),
+            Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, 0), src1=Operand(Space.ABUF, 0, src),
                              rows=Dim(0, 1), n=Dim(0, n)),
             Instruction.make(Opcode.HALT)]
 

@@ -12,11 +12,11 @@ def script(load_script):
 
 def test_engine_requests_merge_beats_into_rows(script):
     cfg = get_config("sim-small")
-    # HBM words 0..15 (granule 0: engine 0) to buffer words 4..19. Beat 1 (words 4..11) completes chunk 0 and
-    # starts chunk 1: it writes chunk 0 (memory 0); beat 2 (12..19) completes chunk 1 and ends the job, so it
-    # writes chunk 1 (memory 1), then chunk 2 (memory 2) on its own, a row a grant. A STORE beat asks for the
-    # engines' one store read (bit 5).
-    assert script.engine_requests(cfg, 1, 16, 0, 0, 4, 0, True) == [[0b1, 0b10, 0b100], [], [], []]
+    # HBM words 4..19 (granule 0: engine 0) to buffer words 12..27, at the same offsets within the 8-word beat (the
+    # ISA's rule for LOADs): beat 0 (words 4..7) ends chunk 1 and writes it (memory 1), beat 1 fills chunk 2
+    # (memory 2), beat 2 (16..19) ends the job and writes chunk 3 (memory 3), a row a grant. A STORE beat asks
+    # for the engines' one store read (bit 5), at any offsets.
+    assert script.engine_requests(cfg, 1, 16, 4, 0, 12, 0, True) == [[0b10, 0b100, 0b1000], [], [], []]
     assert script.engine_requests(cfg, 1, 16, 0, 0, 4, 0, False) == [[0b100000, 0b100000], [], [], []]
     assert script.engine_requests(cfg, 1, 16, 120, 0, 0, 0, False) == [[0b100000], [0b100000], [], []]
     # aligned: every beat fills its chunk; HBM words 128..135 are granule 1 (engine 1), at buffer 8..15: chunk 1

@@ -124,7 +124,10 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     words, 16 zeros), and so are wte's rows (the tied LM head's columns, GATHER's table); the attention's keys (head_dim
     16) lie in 64-word slots and V^T in rows of 64 (max_context 16) in the KV areas (layout.KVArea), so that every
     MATMUL's and MASKED_QK's weights, in WBUF and ABUF, start and step on 64-word boundaries
-    (hw/resolved.misaligned_weights); the logits of a prompt run and of a decode step after it (whose keys and values
+    (hw/resolved.misaligned_weights). The HBM K cache keeps the same slots (a row of 3 x 64 words on one card; one
+    STORE a head appends the keys), V^T rows of 64 and wpe's rows 64 apart (n_embd 48 is not a multiple of the 32-word
+    beat: the embedding's rows are staged in BIG), so that every transfer keeps its words' offsets in the beat
+    (hw/resolved.misaligned_transfer). The logits of a prompt run and of a decode step after it (whose keys and values
     come back from the HBM cache) are within LOGITS_BOUND of the FP32 reference."""
     from ringgpt.host.runtime import LOGITS_BOUND, relative_rms
     from ringgpt.hw.resolved import misaligned_weights, resolve_run, with_gather_slices
@@ -145,6 +148,12 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     wte = dict(image.cards[0].hbm_segments)[gather.src1[1]].reshape(64, 64)
     np.testing.assert_array_equal(wte[:, :48], model.transformer.wte.weight.detach().half().numpy())
     assert not wte[:, 48:].any()
+    wpe_at = next(r["start"] for r in image.meta["hbm_map"][0] if r["name"] == "wpe")
+    wpe = dict(image.cards[0].hbm_segments)[wpe_at].reshape(16, 64)
+    np.testing.assert_array_equal(wpe[:, :48], model.transformer.wpe.weight[:16].detach().half().numpy())
+    assert not wpe[:, 48:].any()
+    key_stores = [r for r in runs[0] if r is not None and r.op is Opcode.STORE and r.n == 16]
+    assert len(key_stores) == {1: 3, 2: 2}[cards] and {r.dst_stride for r in key_stores} == {max(key_rows)}
     prompt = [5, 17, 42, 9]
     appliance = Appliance(SimulatorDevice(cfg), image)
     for ids in (prompt[:3], prompt[3:]):                # a prompt run, then a decode step
@@ -152,6 +161,38 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
         with torch.no_grad():
             want = model(torch.tensor([prompt[:3] + ids[:1] if len(ids) == 1 else ids])).logits[0, -1].numpy()
         assert relative_rms(appliance.logits(), want) <= LOGITS_BOUND
+
+
+@pytest.mark.parametrize("spec,config,cards,max_context", [
+    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 1, 16),
+    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 2, 16),
+    ("n_layer=1,n_embd=48,n_head=3,vocab_size=64", "sim-small", 2, 20),
+    ("n_layer=1,n_embd=64,n_head=4,vocab_size=64", "u280", 4, 64),
+    ("n_layer=2,n_embd=320,n_head=5,vocab_size=1000", "sim-small", 2, 128),
+    ("n_layer=1,n_embd=1600,n_head=25,vocab_size=2048", "u280", 4, 1024)])
+def test_transfers_keep_words_at_their_offset_in_the_beat(spec, config, cards, max_context):
+    """Every LOAD and GATHER from HBM or the host puts each word at the same offset within its HBM beat in the buffer
+    as in HBM (hw/resolved.misaligned_transfer, which the RTL enforces), for runs at the start, in the middle and at
+    the end of the context: regions start on region_align, the K cache keeps the KV areas' key slots, the V cache
+    their V^T rows, LayerNorm blocks and wpe rows are padded, and n_embd = 48 (not a multiple of u280's 32-word beat)
+    stages the embedding's rows in BIG at 64 words."""
+    from ringgpt.hw.resolved import misaligned_transfer, resolve_run, with_gather_slices
+    cfg = get_config(config, cards)
+    beat = cfg.hbm_port_bits // 16
+    image = compile_model(meta_model(spec), cfg, max_context=max_context)
+    rows = image.meta["max_rows"]
+    transfers = 0
+    for pos, n in ((0, rows), (max_context // 2, 1), (max_context - min(rows, 3), min(rows, 3)), (max_context - 1, 1)):
+        runs = with_gather_slices([resolve_run(card.program.instructions, c, pos, n)
+                                   for c, card in enumerate(image.cards)])
+        for run in runs:
+            for r in run:
+                if r is not None and r.op in (Opcode.LOAD, Opcode.GATHER) and r.src1[0] in (Space.HBM, Space.HOST):
+                    assert misaligned_transfer(r, beat) is None, (pos, n, r)
+                    transfers += 1
+    assert transfers > 0
+    gather = next(i for i in image.cards[0].program.instructions if i.opcode is Opcode.GATHER)
+    assert gather.dst_stride % beat == 0
 
 
 def test_q_weights_carry_the_attention_scale(tiny):
@@ -175,7 +216,7 @@ def _builder(model, cards: int, card: int) -> CardBuilder:
     dims = ModelDims.of(model)
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, cards, cfg.mpu_lanes)
     shapes = [CardShape(b - a, v1 - v0) for (a, b), (v0, v1) in zip(part.heads, part.vocab)]
-    plans = choose_abuf_plans(cfg.abuf_words, dims.n_embd, dims.n_inner, 64, shapes, 64, align=cfg.weight_align)
+    plans = choose_abuf_plans(cfg, dims.n_embd, dims.n_inner, 64, shapes, 64)
     ctx = Context(model, cfg, dims, part, 64, plans, 2, cfg.wbuf_words // 2, True, 0, 0)
     return CardBuilder(ctx, card)
 

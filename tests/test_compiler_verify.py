@@ -79,6 +79,30 @@ def test_a_weight_slot_loaded_before_its_last_reader_is_an_error():
         check(asm)
 
 
+@pytest.mark.parametrize("load,problem", [
+    ({"dst": abuf(4), "src1": hbm(0), "rows": 1, "n": 16}, r"dst - src1 = 4: not multiples of 8"),
+    ({"dst": abuf(0), "src1": hbm(0), "rows": reg(2), "n": 16, "dst_stride": 16, "src1_stride": 20},
+     r"dst_stride - src1_stride = -4: not multiples of 8")])
+def test_a_transfer_that_shifts_words_within_the_beat_is_an_error(load, problem):
+    """A LOAD from HBM whose words would land at other offsets within sim-small's 8-word beat
+    (hw/resolved.misaligned_transfer; the RTL refuses it) stops the compile."""
+    asm = Asm()
+    asm(Opcode.LOAD, **load, writes="x", reads="weights")
+    with pytest.raises(PlanError, match=rf"card 0, instruction 0 \(LOAD.*{problem}"):
+        check(asm)
+
+
+def test_weights_off_their_boundaries_are_an_error():
+    """A MATMUL whose weights start off a weight_align boundary (hw/resolved.misaligned_weights) stops the compile."""
+    asm = Asm()
+    asm(Opcode.LOAD, dst=abuf(0), src1=hbm(0), rows=1, n=8, writes="x", reads="weights")
+    asm(Opcode.LOAD, dst=wbuf(0), src1=hbm(256), rows=1, n=72, writes="piece", reads="weights")
+    asm(Opcode.MATMUL, dst=abuf(64), src1=abuf(0), src2=wbuf(4), rows=1, n=8, k=4, dst_stride=8, src1_stride=8,
+        src2_stride=8, writes="out", reads=("x", "piece"))
+    with pytest.raises(PlanError, match=r"instruction 2 \(MATMUL.*src2\) at WBUF word 4 .* not on 8-word boundaries"):
+        check(asm)
+
+
 def test_addresses_outside_their_space_or_region_are_errors():
     asm = Asm()
     asm(Opcode.LOAD, dst=abuf(0), src1=hbm(0), rows=1, n=8, writes="x", reads="weights")

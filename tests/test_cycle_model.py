@@ -241,8 +241,8 @@ def test_full_unit_queue_stalls_the_decoder():
 
 
 def test_allgather_starts_when_the_last_card_can():
-    card0 = "LOAD dst=ABUF[100] src1=HBM[0] rows=1 n=16\nALLGATHER dst=ABUF[200] src1=ABUF[100] rows=1 n=16\nHALT"
-    card1 = "ALLGATHER dst=ABUF[200] src1=ABUF[100] rows=1 n=16 k=16\nHALT"
+    card0 = "LOAD dst=ABUF[96] src1=HBM[0] rows=1 n=16\nALLGATHER dst=ABUF[200] src1=ABUF[96] rows=1 n=16\nHALT"
+    card1 = "ALLGATHER dst=ABUF[200] src1=ABUF[96] rows=1 n=16 k=16\nHALT"
     report = run([card0, card1])
     # Card 0's operand is there at 86 (its LOAD: 43 cycles from 43), its router takes the ALLGATHER at 88; card
     # 1's could at 43. From 88 both take 12 cycles on direct links (2-beat slices, copied into place) and a 34-cycle

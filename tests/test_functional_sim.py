@@ -75,36 +75,54 @@ def test_control_ops_wrap_and_r0_stays_zero():
 
 
 def test_load_store_strided_register_relative_and_transpose(rng):
-    data = rand16(rng, 6, 10)
+    # off-chip LOADs keep each word's offset within the 8-word beat (hw/resolved.misaligned_transfer): HBM rows of
+    # 16 words to ABUF rows of 8 at a base 48 words on; STOREs and on-chip copies take any offsets
+    data = rand16(rng, 6, 16)
     device = device_for("""
-        MULI rd=r3 rs=r1 imm=10
-        LOAD dst=ABUF[100] src1=HBM[50+r3] rows=3 n=7 dst_stride=8 src1_stride=10
-        LOAD dst=WBUF[200] src1=ABUF[100] rows=3 n=7 dst_stride=3 src1_stride=8 +transpose
-        STORE dst=HOST[40+r2] src1=ABUF[100] rows=r2 n=7 dst_stride=9 src1_stride=8
-        STORE dst=HBM[1000] src1=ABUF[100] rows=3 n=7 dst_stride=5 src1_stride=8 +transpose
-        LOAD dst=ABUF[300] src1=HOST[40+r2] rows=2 n=4 dst_stride=4 src1_stride=9
-        HALT""", hbm=[(0, 50, data.ravel())])
-    device.run(pos=2, rows=3)  # r3 = 20: rows 2..4 of data
+        MULI rd=r3 rs=r1 imm=16
+        LOAD dst=ABUF[96] src1=HBM[48+r3] rows=3 n=7 dst_stride=8 src1_stride=16
+        LOAD dst=WBUF[200] src1=ABUF[96] rows=3 n=7 dst_stride=3 src1_stride=8 +transpose
+        STORE dst=HOST[40+r2] src1=ABUF[96] rows=r2 n=7 dst_stride=9 src1_stride=8
+        STORE dst=HBM[1000] src1=ABUF[96] rows=3 n=7 dst_stride=5 src1_stride=8 +transpose
+        LOAD dst=ABUF[299] src1=HOST[40+r2] rows=2 n=4 dst_stride=9 src1_stride=9
+        HALT""", hbm=[(0, 48, data.ravel())])
+    device.run(pos=2, rows=3)  # r3 = 32: rows 2..4 of data
     want = data[2:5, :7]
-    assert np.array_equal(bits(block(device, Space.ABUF, 100, 3, 7, 8)), bits(want))
+    assert np.array_equal(bits(block(device, Space.ABUF, 96, 3, 7, 8)), bits(want))
     assert np.array_equal(bits(block(device, Space.WBUF, 200, 7, 3, 3)), bits(want.T))
     assert np.array_equal(bits(block(device, Space.HOST, 43, 3, 7, 9)), bits(want))
     assert np.array_equal(bits(device.read_host(0, 43, 7)), bits(want[0]))
     assert np.array_equal(bits(block(device, Space.HBM, 1000, 7, 3, 5)), bits(want.T))
-    assert np.array_equal(bits(block(device, Space.ABUF, 300, 2, 4, 4)), bits(want[:2, :4]))
+    assert np.array_equal(bits(block(device, Space.ABUF, 299, 2, 4, 9)), bits(want[:2, :4]))
+
+
+@pytest.mark.parametrize("text", [
+    "LOAD dst=ABUF[97] src1=HBM[48] rows=1 n=7",
+    "LOAD dst=ABUF[96] src1=HBM[48] rows=2 n=7 dst_stride=8 src1_stride=12",
+    "GATHER dst=ABUF[0] src1=HBM[8] src2=HOST[0] rows=1 n=4 src1_stride=12",
+    "GATHER dst=ABUF[0] src1=HBM[8] src2=HOST[0] rows=2 n=4 dst_stride=4 src1_stride=16",
+])
+def test_offchip_reads_off_the_beat_are_refused(text):
+    """A LOAD's or GATHER's HBM/host words at other offsets within the beat than their ABUF words: AlignmentFault,
+    nothing written (the RTL's MISALIGNED)."""
+    device = device_for("NOP\n" + text + "\nHALT")
+    with pytest.raises(AlignmentFault, match="8-word beat") as info:
+        device.run(pos=0, rows=1)
+    assert (info.value.card, info.value.pc) == (0, 1)
+    assert not device.memory(0, Space.ABUF)[:200].any()
 
 
 def test_gather_reads_uint16_indices_from_host_and_abuf(rng):
-    table = rand16(rng, 300, 12)
+    table = rand16(rng, 255, 16)
     device = device_for("""
-        GATHER dst=ABUF[0] src1=HBM[8] src2=HOST[0] rows=3 n=12 dst_stride=16 src1_stride=12
-        LOAD dst=ABUF[500] src1=HOST[0] rows=1 n=3
-        GATHER dst=ABUF[100] src1=HBM[9] src2=ABUF[500] rows=3 n=5 dst_stride=5 src1_stride=12
+        GATHER dst=ABUF[0] src1=HBM[8] src2=HOST[0] rows=3 n=12 dst_stride=16 src1_stride=16
+        LOAD dst=ABUF[496] src1=HOST[0] rows=1 n=3
+        GATHER dst=ABUF[97] src1=HBM[9] src2=ABUF[496] rows=3 n=5 dst_stride=8 src1_stride=16
         HALT""", hbm=[(0, 8, table.ravel())])
-    device.write_host(0, 0, [299, 0, 257])  # integers are bit patterns, not FP16 values
+    device.write_host(0, 0, [254, 0, 201])  # integers are bit patterns, not FP16 values
     device.run(0, 3)
-    assert np.array_equal(bits(block(device, Space.ABUF, 0, 3, 12, 16)), bits(table[[299, 0, 257]]))
-    assert np.array_equal(bits(block(device, Space.ABUF, 100, 3, 5, 5)), bits(table[[299, 0, 257], 1:6]))
+    assert np.array_equal(bits(block(device, Space.ABUF, 0, 3, 12, 16)), bits(table[[254, 0, 201], :12]))
+    assert np.array_equal(bits(block(device, Space.ABUF, 97, 3, 5, 8)), bits(table[[254, 0, 201], 1:6]))
 
 
 # --- matrix unit ------------------------------------------------------------------------------------
@@ -309,9 +327,9 @@ def test_column_parallel_matmul_on_four_cards_equals_one_card(rng):
 # --- device behaviour --------------------------------------------------------------------------------
 
 def test_runs_keep_memory_reset_registers_and_report_stats(tmp_path):
-    text = "LOAD dst=ABUF[0+r1] src1=HOST[0] rows=1 n=1\nADDI rd=r5 rs=r5 imm=1\nHALT"
+    text = "LOAD dst=ABUF[0+r1] src1=HOST[0+r1] rows=1 n=1\nADDI rd=r5 rs=r5 imm=1\nHALT"
     device = device_for(text)
-    device.write_host(0, 0, np.array([3.0], np.float16))
+    device.write_host(0, 0, np.array([3.0] * 3, np.float16))
     stats = [device.run(pos, 1) for pos in range(3)]
     assert list(device.memory(0, Space.ABUF)[:3]) == [3.0, 3.0, 3.0]
     assert device.cards[0].regs[5] == 1
@@ -329,7 +347,7 @@ def test_runs_keep_memory_reset_registers_and_report_stats(tmp_path):
     for source in (tmp_path / "img", ApplianceImage(cfg, [CardImage(Program(words, cfg.name, cfg.hash), [], 16, 4)])):
         other = SimulatorDevice(cfg)
         other.load(source)
-        other.write_host(0, 0, np.array([5.0], np.float16))
+        other.write_host(0, 2, np.array([5.0], np.float16))
         other.run(2, 1)
         assert other.memory(0, Space.ABUF)[2] == 5.0
     device.close()
@@ -359,11 +377,11 @@ def test_program_without_halt_is_rejected():
 
 
 @pytest.mark.parametrize("text,match", [
-    ("LOAD dst=ABUF[262140] src1=HOST[0] rows=1 n=8",
+    ("LOAD dst=ABUF[262140] src1=HOST[4] rows=1 n=8",
      r"card 0 pc 1 \(LOAD dst=ABUF\[262140\] .*\): dst writes ABUF words \[262140, 262148\), beyond ABUF of 262144"),
     ("LOAD dst=WBUF[0] src1=HOST[0] rows=3 n=8 dst_stride=40000",
      r"dst writes WBUF words \[0, 80008\), beyond WBUF of 65536 words"),
-    ("LOAD dst=ABUF[0] src1=HBM[4090+r1] rows=1 n=8",
+    ("LOAD dst=ABUF[7] src1=HBM[4090+r1] rows=1 n=8",
      r"src1 reads HBM words \[4095, 4103\), beyond the image's HBM memory map of 4096 words"),
     ("STORE dst=HBM[4294967000] src1=ABUF[0] rows=1 n=8",
      r"dst writes HBM words \[4294967000, 4294967008\), beyond the card's HBM of 134217728 words"),
@@ -533,7 +551,7 @@ def test_weights_off_tile_boundaries_fault(compute, space, src2, stride):
 
 
 def test_timing_only_run_still_checks_addresses():
-    device = device_for("NOP\nLOAD dst=ABUF[0] src1=HBM[4090] rows=1 n=8\nHALT", compute=False)
+    device = device_for("NOP\nLOAD dst=ABUF[2] src1=HBM[4090] rows=1 n=8\nHALT", compute=False)
     with pytest.raises(AddressFault, match=r"reads HBM words \[4090, 4098\), beyond the image's HBM memory map"):
         device.run(0, 1)
 

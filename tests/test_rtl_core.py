@@ -96,10 +96,10 @@ def _hazard_program(config) -> list:
              src2_stride=64),                                                                 # RAW vector, DMA -> matrix
         make(Opcode.LOAD, dst=a(200), src1=h(1024), n=Dim(0, 64), **row),                   # WAR matrix -> DMA
         make(Opcode.VADD, dst=a(300), src1=a(400), src2=a(200), n=Dim(0, 8), **row),       # RAW matrix, DMA -> vector
-        make(Opcode.LOAD, dst=a(300), src1=h(2048), n=Dim(0, 4), **row),                    # WAW vector -> DMA
+        make(Opcode.LOAD, dst=a(300), src1=h(2052), n=Dim(0, 4), **row),                    # WAW vector -> DMA
         make(Opcode.STORE, dst=h(3000), src1=a(100), n=Dim(0, 64), **row),                  # RAW through HBM
-        make(Opcode.LOAD, dst=a(500), src1=h(3000), n=Dim(0, 64), **row),
-        make(Opcode.STORE, dst=host(1024), src1=a(500), n=Dim(0, 32), **row),               # RAW through HOST
+        make(Opcode.LOAD, dst=a(504), src1=h(3000), n=Dim(0, 64), **row),
+        make(Opcode.STORE, dst=host(1024), src1=a(504), n=Dim(0, 32), **row),               # RAW through HOST
         make(Opcode.LOAD, dst=a(600), src1=host(1024), n=Dim(0, 32), **row),
         make(Opcode.VSUB, dst=a(600), src1=a(600), src2=a(0), n=Dim(0, 32), **row),
         make(Opcode.STORE, dst=host(0), src1=a(0), n=Dim(0, 1024), **row),

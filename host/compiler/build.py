@@ -10,8 +10,9 @@ import numpy as np
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, KVArea, Stat, align_up,
-                                          card_shapes, choose_abuf_plans, chunk_count, gathered_spans, piece_spans,
-                                          weight_slot_words, weight_stride)
+                                          card_shapes, choose_abuf_plans, chunk_count, embedding_row, gathered_spans,
+                                          ln_block, piece_spans, region_align, weight_slot_words,
+                                          weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -29,9 +30,9 @@ POS, ROWS = HOST_POS_REG, HOST_ROWS_REG
 TOKENS = 3
 """R3 = pos + rows: the keys visible to the run's last token."""
 POS_KV = 4
-"""R4 = pos * local_heads * head_dim: the first new row of the layer's K cache."""
+"""R4 = pos * key_width (local_heads * key_words): the first new row of the layer's K cache."""
 POS_D = 5
-"""R5 = pos * n_embd: the first position-embedding row."""
+"""R5 = pos * embedding_row: the first position-embedding row."""
 LAST_ROW = 6
 """R6 = (rows - 1) * n_embd: the last token's row of the residual stream."""
 FIRST_FREE_REG = 7
@@ -142,22 +143,29 @@ class CardBuilder:
         self.inputs = [d, d, d, dims.n_inner]
         groups = -(-self.local_heads // self.plan.kv_group) if self.local_heads else 0
         self.groups = split(self.local_heads, groups) if groups else ()
-        self.kv_area = KVArea(hd, ctx.max_context, self.plan.kv_group, ctx.config.weight_align)
-        """Where a head group's keys and V^T lie in a KV area (their columns on weight_align boundaries)."""
+        self.kv_area = KVArea(hd, ctx.max_context, self.plan.kv_group, region_align(ctx.config))
+        """Where a head group's keys and V^T lie in a KV area (their columns on weight_align boundaries, and on the
+        beat's: region_align)."""
+        self.key_width = self.kv_area.key_row(self.local_heads)
+        """Words of a K-cache row in HBM: the local heads' keys in the KV areas' slots (head h at h * key_words),
+        so that a head group's keys load with HBM and KV-area words at the same offsets within the beat."""
         self._layout()
 
     # --- HBM ------------------------------------------------------------------------------------
     def _layout(self) -> None:
         ctx, dims, tmax = self.ctx, self.ctx.dims, self.ctx.max_context
         d = dims.n_embd
-        # regions and weight pieces start on a buffer chunk (and an HBM beat): a LOAD whose HBM and buffer words
-        # agree modulo the chunk lets the DMA engines write whole buffer rows (hw/core/dma.py, PortEngine._rows)
-        chunk = max(ctx.config.hbm_port_bits // 16, ctx.config.buffer_chunk_words)
+        # regions and weight pieces start on a buffer chunk and an HBM beat (region_align): a LOAD whose HBM and
+        # buffer words agree modulo the chunk lets the DMA engines write whole buffer rows (hw/core/dma.py,
+        # PortEngine._rows), and its words must agree modulo the beat (misaligned_transfer)
+        chunk = region_align(ctx.config)
         m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, chunk)
         self.d_stride = weight_stride(d, ctx.config.weight_align)    # wte's rows: the tied LM head's columns
+        self.pos_stride = embedding_row(d, ctx.config.beat_words)     # wpe's rows
+        self.ln_block = ln_block(d, chunk)                           # a layer's LayerNorm parameters
         self.wte = m.alloc("wte", dims.vocab_size * self.d_stride, "weights")
-        self.wpe = m.alloc("wpe", tmax * d, "weights")
-        self.ln = m.alloc("layernorm", dims.n_layer * 4 * d + 2 * d, "weights")
+        self.wpe = m.alloc("wpe", tmax * self.pos_stride, "weights")
+        self.ln = m.alloc("layernorm", dims.n_layer * self.ln_block + 2 * d, "weights")
         self.pieces = []
         slot_words, align = ctx.slot_words, ctx.config.mpu_lanes
         self.stream_start = at = align_up(m.top, m.align)
@@ -174,19 +182,20 @@ class CardBuilder:
                                                                                    "weights")
         pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), slot_words, align,
                    "wte" if ctx.tied else "lm_head")
-        self.kv = [m.alloc(f"KV cache L{layer}", tmax * 2 * self.kv_width, "kv") if self.local_heads else None
+        kv_words = tmax * self.key_width + self.kv_width * self.kv_area.value_row
+        self.kv = [m.alloc(f"KV cache L{layer}", kv_words, "kv") if self.local_heads else None
                    for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
 
     def new_segments(self) -> None:
         """Allocates the card's HBM contents (filled by fill_layer and segments)."""
         dims, d = self.ctx.dims, self.ctx.dims.n_embd
-        self.ln_data = np.zeros(dims.n_layer * 4 * d + 2 * d, np.float16)
+        self.ln_data = np.zeros(dims.n_layer * self.ln_block + 2 * d, np.float16)
         self.stream_data = np.zeros(self.stream_words, np.float16)
 
     def fill_layer(self, layer: int, w: LayerWeights) -> None:
-        d = self.ctx.dims.n_embd
-        self.ln_data[layer * 4 * d:(layer + 1) * 4 * d] = np.concatenate([*w.ln1, *w.ln2])
+        at = layer * self.ln_block
+        self.ln_data[at:at + 4 * self.ctx.dims.n_embd] = np.concatenate([*w.ln1, *w.ln2])
         tensors = (w.qkv, w.proj, w.fc, w.fc2)
         for piece in self.pieces:
             piece_layer, index, col = piece.origin
@@ -200,17 +209,18 @@ class CardBuilder:
 
     def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head: np.ndarray | None) -> list:
         """(word address, FP16 array) pairs: the card's HBM contents at load."""
-        d = self.ctx.dims.n_embd
-        self.ln_data[self.ctx.dims.n_layer * 4 * d:] = ln_f
-        segments = [(self.wte, self._rows(wte)), (self.wpe, wpe[:self.ctx.max_context].ravel()),
+        self.ln_data[self.ctx.dims.n_layer * self.ln_block:] = ln_f
+        segments = [(self.wte, self._rows(wte, self.d_stride)),
+                    (self.wpe, self._rows(wpe[:self.ctx.max_context], self.pos_stride)),
                     (self.ln, self.ln_data), (self.stream_start, self.stream_data)]
         if lm_head is not None:
-            segments.append((self.lm_head, self._rows(lm_head[self.v0:self.v1])))
+            segments.append((self.lm_head, self._rows(lm_head[self.v0:self.v1], self.d_stride)))
         return [(addr, arr) for addr, arr in segments if arr.size]
 
-    def _rows(self, table: np.ndarray) -> np.ndarray:
-        """An embedding table's rows (vocab x d) as HBM holds them: d_stride words apart, zero between."""
-        out = np.zeros((table.shape[0], self.d_stride), np.float16)
+    @staticmethod
+    def _rows(table: np.ndarray, stride: int) -> np.ndarray:
+        """A table's rows (rows x d) as HBM holds them: `stride` words apart, zero between."""
+        out = np.zeros((table.shape[0], stride), np.float16)
         out[:, :table.shape[1]] = table
         return out.ravel()
 
@@ -223,22 +233,26 @@ class CardBuilder:
         self.probes = []
         self.stream = WeightStream(a, self.pieces, ctx.slot_words, ctx.slots)
         self._registers()
-        # Embedding: token rows gathered by id, plus the position rows from pos on.
-        a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
-          dst_stride=d, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
-        a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=d,
-          src1_stride=d, writes="position rows", reads="wpe")
+        # Embedding: token rows gathered by id, plus the position rows from pos on; both at a stride of whole HBM
+        # beats (embedding_row), so staged in BIG (free until attention) where that is not n_embd.
+        dp = self.pos_stride
+        tokens, positions = (plan["X"], plan["T"]) if dp == d else (plan["BIG"], plan["BIG"] + plan.max_rows * dp)
+        a(Opcode.GATHER, dst=abuf(tokens), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
+          dst_stride=dp, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
+        a(Opcode.LOAD, dst=abuf(positions), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=dp,
+          src1_stride=dp, writes="position rows", reads="wpe")
         self._load_ln_params(0)
-        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * 4 * d), rows=1, n=2 * d,
+        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * self.ln_block), rows=1, n=2 * d,
           writes="ln_f params", reads="layernorm")
         self.stream.fill()
-        self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, "embed", ("token rows", "position rows"))
+        a(Opcode.VADD, dst=abuf(plan["X"]), src1=abuf(tokens), src2=abuf(positions), rows=reg(ROWS), n=d,
+          dst_stride=d, src1_stride=dp, src2_stride=dp, writes="embed", reads=("token rows", "position rows"))
         self._probe("embed", plan["X"], d)
         self.area_counter = 0
         residual = "embed"
         for layer in range(dims.n_layer):
             L = f"L{layer}."
-            lnp = plan["LNP"] + (layer % 2) * 4 * d
+            lnp = plan["LNP"] + (layer % 2) * self.ln_block
             self._layernorm(plan["X"], 0, residual, plan["H"], L + "ln1", reg(ROWS), lnp, L + "ln params",
                             plan["S"])
             if layer + 1 < dims.n_layer:
@@ -290,7 +304,7 @@ class CardBuilder:
     @property
     def chunk_max_offset(self) -> int:
         """Host-buffer word where this card's chunk maxima follow its logits (aligned like the logits)."""
-        return align_up(self.ctx.logits_offset + self.v1 - self.v0, self.ctx.config.hbm_port_bits // 16)
+        return align_up(self.ctx.logits_offset + self.v1 - self.v0, self.ctx.config.beat_words)
 
     def _chunk_maxima(self, vocab: int) -> None:
         """The maxima of the logits' chunks of LOGIT_CHUNK (the last one short), stored after the logits."""
@@ -323,8 +337,8 @@ class CardBuilder:
     def _registers(self) -> None:
         a, dims = self.asm, self.ctx.dims
         a(Opcode.ADD, rd=TOKENS, rs=POS, rt=ROWS)
-        a(Opcode.MULI, rd=POS_KV, rs=POS, imm=self.kv_width)
-        a(Opcode.MULI, rd=POS_D, rs=POS, imm=dims.n_embd)
+        a(Opcode.MULI, rd=POS_KV, rs=POS, imm=self.key_width)
+        a(Opcode.MULI, rd=POS_D, rs=POS, imm=self.pos_stride)
         a(Opcode.MULI, rd=LAST_ROW, rs=ROWS, imm=dims.n_embd)
         a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-dims.n_embd)
         self.width_reg = {}
@@ -337,9 +351,9 @@ class CardBuilder:
                 a(Opcode.MULI, rd=number, rs=POS, imm=width)
 
     def _load_ln_params(self, layer: int) -> None:
-        d = self.ctx.dims.n_embd
-        self.asm(Opcode.LOAD, dst=abuf(self.plan["LNP"] + (layer % 2) * 4 * d), src1=hbm(self.ln + layer * 4 * d),
-                 rows=1, n=4 * d, writes=f"L{layer}.ln params", reads="layernorm")
+        block = self.ln_block
+        self.asm(Opcode.LOAD, dst=abuf(self.plan["LNP"] + (layer % 2) * block), src1=hbm(self.ln + layer * block),
+                 rows=1, n=4 * self.ctx.dims.n_embd, writes=f"L{layer}.ln params", reads="layernorm")
 
     def _vector(self, opcode: Opcode, dst: int, src1: int, src2: int, width: int, writes: str, reads: tuple) -> None:
         """dst = src1 (op) src2 over rows x width, all with row stride width."""
@@ -433,36 +447,47 @@ class CardBuilder:
     def _attention_inputs(self, layer: int, group: int) -> int:
         """Emits the LOADs of a head group's earlier keys and values (rows 0 .. pos - 1 of the layer's KV cache)
         into its KV area (V transposed); returns the area's address."""
-        plan, hd, tmax, width, kv = self.plan, self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width, self.kv_area
+        plan, hd, kv = self.plan, self.ctx.dims.head_dim, self.kv_area
         start, stop = self.groups[group]
         gw, key_row = (stop - start) * hd, kv.key_row(stop - start)
         area = plan["KV"] + (self.area_counter % plan.kv_areas) * kv.words
         self.area_counter += 1
         cache, (keys, values) = self.kv[layer], self._kv_names(layer, group)
         for h0, h1, offset in self._key_slots(start, stop):
-            self.asm(Opcode.LOAD, dst=abuf(area + offset), src1=hbm(cache + h0 * hd), rows=reg(POS), n=(h1 - h0) * hd,
-                     dst_stride=key_row, src1_stride=width, writes=keys, reads=f"KV cache L{layer}")
-        self.asm(Opcode.LOAD, dst=abuf(area + kv.values),
-                 src1=hbm(cache + tmax * width + start * hd * tmax), rows=gw, n=reg(POS), dst_stride=kv.value_row,
-                 src1_stride=tmax, writes=values, reads=f"KV cache L{layer}")
+            self.asm(Opcode.LOAD, dst=abuf(area + offset), src1=hbm(cache + h0 * kv.key_words), rows=reg(POS),
+                     n=(h1 - h0) * hd, dst_stride=key_row, src1_stride=self.key_width, writes=keys,
+                     reads=f"KV cache L{layer}")
+        self.asm(Opcode.LOAD, dst=abuf(area + kv.values), src1=hbm(self._values_at(layer, start)), rows=gw,
+                 n=reg(POS), dst_stride=kv.value_row, src1_stride=kv.value_row, writes=values,
+                 reads=f"KV cache L{layer}")
         return area
 
+    def _values_at(self, layer: int, head: int) -> int:
+        """HBM word of local head `head`'s V^T rows in the layer's V cache (after max_context K-cache rows; one row
+        of value_row words per dimension, as in the KV areas)."""
+        kv = self.kv_area
+        return self.kv[layer] + self.ctx.max_context * self.key_width + head * kv.head_dim * kv.value_row
+
     def _key_slots(self, start: int, stop: int) -> list:
-        """The copies that put heads start .. stop - 1's keys into their slots of a KV area: (first head, end head,
-        offset in a key row); one copy of all when a key fills its slot (key_words = head_dim), else one a head."""
+        """The copies that put heads start .. stop - 1's keys into their slots of a key row (of a KV area or the K
+        cache): (first head, end head, offset in the row); one copy of all when a key fills its slot
+        (key_words = head_dim), else one a head."""
         kv = self.kv_area
         if kv.key_words == kv.head_dim:
             return [(start, stop, 0)]
         return [(h, h + 1, (h - start) * kv.key_words) for h in range(start, stop)]
 
     def _append_kv(self, layer: int) -> None:
-        """Appends the run's new K rows of every local head to the layer's K cache in HBM (position-major, as
-        attention loads them). The V cache is transposed (one row of max_context positions per dimension, so that
-        attention loads V^T as a plain 2-D block); its new columns are stored per head group by _attention, from
-        the on-chip transposed copy."""
-        width = self.kv_width
-        self.asm(Opcode.STORE, dst=hbm(self.kv[layer], POS_KV), src1=abuf(self.plan["QKV"]), rows=reg(ROWS), n=width,
-                 dst_stride=width, src1_stride=3 * width, writes=f"KV cache L{layer}", reads=f"L{layer}.qkv")
+        """Appends the run's new K rows of every local head to the layer's K cache in HBM (position-major, each
+        head's key in its slot, as attention loads them): one STORE, or one a head where a key is shorter than
+        its slot. The V cache is transposed (one row of value_row words per dimension, so that attention loads
+        V^T as a plain 2-D block); its new columns are stored per head group by _attention, from the on-chip
+        transposed copy."""
+        width, hd = self.kv_width, self.ctx.dims.head_dim
+        for h0, h1, offset in self._key_slots(0, self.local_heads):
+            self.asm(Opcode.STORE, dst=hbm(self.kv[layer] + offset, POS_KV), src1=abuf(self.plan["QKV"] + h0 * hd),
+                     rows=reg(ROWS), n=(h1 - h0) * hd, dst_stride=self.key_width, src1_stride=3 * width,
+                     writes=f"KV cache L{layer}", reads=f"L{layer}.qkv")
 
     def _attention(self, layer: int, first_area: int | None) -> None:
         """Causal attention of the local heads over the keys 0 .. pos + rows - 1, each head's output into its
@@ -472,7 +497,7 @@ class CardBuilder:
         head h's softmax; with one KV area (or one score area) the pending weighted sum is issued before the
         area is overwritten."""
         plan, a, kv = self.plan, self.asm, self.kv_area
-        hd, tmax, width = self.ctx.dims.head_dim, self.ctx.max_context, self.kv_width
+        hd, width = self.ctx.dims.head_dim, self.kv_width
         qkv, pending, L = plan["QKV"], None, f"L{layer}."
         for group, (start, stop) in enumerate(self.groups):
             if group and pending and self.one_kv_area:
@@ -490,8 +515,8 @@ class CardBuilder:
             a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
               dst_stride=kv.value_row, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name,
               reads=L + "qkv")
-            a(Opcode.STORE, dst=hbm(self.kv[layer] + tmax * width + start * hd * tmax, POS), src1=abuf(values_t, POS),
-              rows=gw, n=reg(ROWS), dst_stride=tmax, src1_stride=kv.value_row, writes=f"KV cache L{layer}",
+            a(Opcode.STORE, dst=hbm(self._values_at(layer, start), POS), src1=abuf(values_t, POS), rows=gw,
+              n=reg(ROWS), dst_stride=kv.value_row, src1_stride=kv.value_row, writes=f"KV cache L{layer}",
               reads=value_name)
             if group == len(self.groups) - 1:
                 self.stream.hold = len(self.pieces)
@@ -606,12 +631,12 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         if value is not None and value < 1:
             raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align)
+    slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, region_align(config))
     shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
-    plans = choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context,
-                              kv_group, max_rows, align=config.weight_align)
+    plans = choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, kv_group,
+                              max_rows)
     max_rows = plans[0].max_rows
-    logits_offset = align_up(max_rows, config.hbm_port_bits // 16)
+    logits_offset = align_up(max_rows, config.beat_words)
     ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, slot_words,
                   lm_head_tied(model), 0, logits_offset)
     builders = [CardBuilder(ctx, card) for card in range(config.cards)]

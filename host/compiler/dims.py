@@ -84,6 +84,5 @@ def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: i
         raise CompileError(f"max_rows={max_rows} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
     shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
-    choose_abuf_plans(config.abuf_words, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, None, max_rows,
-                      align=config.weight_align)
+    choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, None, max_rows)
     return dims

@@ -2,6 +2,7 @@
 plan (which also fixes the most tokens one run can process, `max_rows`) and the weight-buffer slots."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ringgpt.host.compiler.errors import CapacityError
@@ -31,6 +32,25 @@ class Stat:
 
 def align_up(value: int, align: int) -> int:
     return -(-value // align) * align
+
+
+def region_align(config) -> int:
+    """Words on whose multiples every HBM and activation-buffer region starts: a buffer row (buffer_chunk_words) and
+    an HBM beat, so that a transfer between region starts writes whole buffer rows, its words unshifted."""
+    return math.lcm(config.buffer_chunk_words, config.beat_words)
+
+
+def embedding_row(d: int, beat: int) -> int:
+    """Words from one position-embedding row to the next in HBM (wpe), and from one staged token or position row to
+    the next in BIG: n_embd rounded up to the HBM beat (misaligned_transfer). Where that is not n_embd, the
+    embedding's GATHER and LOAD write BIG at this stride and its VADD adds them into X at stride n_embd."""
+    return align_up(d, beat)
+
+
+def ln_block(d: int, align: int) -> int:
+    """Words from one layer's LayerNorm parameters (ln_1 gamma, beta, ln_2 gamma, beta: 4 n_embd) to the next, in
+    HBM and in the activation buffer: rounded up to `align` (region_align), so every layer's block starts on one."""
+    return align_up(4 * d, align)
 
 
 def weight_stride(k: int, align: int) -> int:
@@ -138,10 +158,12 @@ class AbufPlan:
     Per-row regions (row stride in brackets): X residual stream [D], H LayerNorm output [D], T scratch and
     projection outputs [D] (sized for max(D, CardShape.staged_fc)), S statistics [STAT_WORDS], and BIG, reused
     over a layer: first the gathered attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the
-    score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it.
-    Fixed regions: LayerNorm parameters (two layers' worth, alternating), KV areas (each a head group's
-    K [max_context x G hd] then V^T [G hd x max_context], their columns on weight_align boundaries: KVArea; the
-    region starts on one), the final LayerNorm output and the logits.
+    score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it (and, where
+    n_embd is not a multiple of the HBM beat, the embedding's staged token and position rows: embedding_row).
+    Fixed regions: LayerNorm parameters (two layers' blocks of ln_block words, alternating), KV areas (each a head
+    group's K [max_context x G hd] then V^T [G hd x max_context], their columns on weight_align boundaries:
+    KVArea), the final LayerNorm output and the logits. Every region but QKV and SCORES (which no transfer from
+    HBM writes) starts on region_align.
     """
     max_rows: int
     kv_group: int
@@ -206,53 +228,72 @@ def card_shapes(part, n_embd: int, config, wbuf_slots: int) -> list:
     staged = [0] * part.cards
     if part.cards > 1:
         pieces = gathered_spans(part.ffn, weight_stride(n_embd, config.weight_align) + 1,
-                                weight_slot_words(config.wbuf_words, wbuf_slots, config.weight_align), config.mpu_lanes)
+                                weight_slot_words(config.wbuf_words, wbuf_slots, region_align(config)), config.mpu_lanes)
         staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 
 
-def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int, staged_fc: int) -> dict:
+def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int, staged_fc: int,
+             beat: int) -> dict:
+    row = embedding_row(d, beat)
+    staged_embd = 2 * row if row != d else 0  # the embedding's token and position rows, staged
     return {"X": d, "H": d, "T": max(d, staged_fc), "S": STAT_WORDS,
-            "BIG": max(n_inner, d + qkv_width + score_areas * max_context)}
+            "BIG": max(n_inner, d + qkv_width + score_areas * max_context, staged_embd)}
 
 
-def _fixed(d: int, card: CardShape, kv: KVArea, kv_areas: int) -> dict:
-    return {"LNP": 2 * 4 * d, "LNFP": 2 * d, "KV": kv_areas * kv.words,
+def _fixed(d: int, card: CardShape, kv: KVArea, kv_areas: int, align: int) -> dict:
+    return {"LNP": 2 * ln_block(d, align), "LNFP": 2 * d, "KV": kv_areas * kv.words,
             "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
             "CHUNK_MAX": chunk_count(card.vocab_slice)}
 
 
-def _fixed_regions(fixed: dict, align: int) -> tuple[dict, int]:
-    """The fixed regions one after the other, KV's start rounded up to `align`; and the first word after them."""
-    regions, top = {}, 0
-    for name, size in fixed.items():
-        top = align_up(top, align) if name == "KV" else top
+def _place(sizes: dict, top: int, align: int) -> tuple[dict, int]:
+    """The regions of `sizes` ({name: words}) one after the other from word `top`, each start rounded up to
+    `align`; and the first word after them."""
+    regions = {}
+    for name, size in sizes.items():
+        top = align_up(top, align)
         regions[name] = (top, size)
         top += size
     return regions, top
 
 
-def plan_abuf(abuf_words: int, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int,
-              kv_group: int, kv_areas: int, score_areas: int, max_rows: int | None = None, *,
-              align: int) -> AbufPlan | None:
-    """The plan for one card (KV areas on `align`-word boundaries, ArchConfig.weight_align): with max_rows None,
-    the most rows that fit (capped at max_context); None when not even one row fits."""
-    kv_group = min(kv_group, card.local_heads)
+def _plan_parts(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv_group: int,
+                kv_areas: int, score_areas: int) -> tuple[dict, int, dict]:
+    """The fixed regions, the first word after them and the per-row regions' words a row."""
     qkv_width = 3 * card.local_heads * head_dim
-    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc)
-    regions, top = _fixed_regions(_fixed(d, card, KVArea(head_dim, max_context, kv_group, align), kv_areas), align)
+    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc, config.beat_words)
+    kv = KVArea(head_dim, max_context, kv_group, region_align(config))
+    align = region_align(config)
+    return (*_place(_fixed(d, card, kv, kv_areas, align), 0, align), per_row)
+
+
+def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv_group: int,
+              kv_areas: int, score_areas: int, max_rows: int | None = None) -> AbufPlan | None:
+    """The plan for one card on ArchConfig `config` (every region starting on region_align, the KV areas' columns
+    on weight_align: KVArea): with max_rows None, the most rows that fit (capped at max_context); None when not
+    even one row fits."""
+    kv_group = min(kv_group, card.local_heads)
+    regions, top, per_row = _plan_parts(config, d, n_inner, head_dim, card, max_context, kv_group, kv_areas,
+                                        score_areas)
+    align, limit = region_align(config), config.abuf_words
+
+    def place(rows: int) -> tuple[dict, int]:
+        return _place({name: size * rows for name, size in per_row.items()}, top, align)
+
     if max_rows is None:
-        max_rows = min(max_context, (abuf_words - top) // sum(per_row.values()))
+        max_rows = min(max_context, (limit - top) // sum(per_row.values()))
+        while max_rows >= 1 and place(max_rows)[1] > limit:  # the padding between the regions
+            max_rows -= 1
         if max_rows < 1:
             return None
-    for name, size in per_row.items():
-        regions[name] = (top, size * max_rows)
-        top += size * max_rows
-    big = regions["BIG"][0]
-    regions["QKV"] = (big + d * max_rows, qkv_width * max_rows)
-    regions["SCORES"] = (regions["QKV"][0] + qkv_width * max_rows, score_areas * max_context * max_rows)
-    if top > abuf_words:
+    placed, top = place(max_rows)
+    if top > limit:
         return None
+    regions.update(placed)
+    qkv_width = 3 * card.local_heads * head_dim
+    regions["QKV"] = (regions["BIG"][0] + d * max_rows, qkv_width * max_rows)
+    regions["SCORES"] = (regions["QKV"][0] + qkv_width * max_rows, score_areas * max_context * max_rows)
     return AbufPlan(max_rows, kv_group, kv_areas, score_areas, regions)
 
 
@@ -268,12 +309,12 @@ def _candidates(max_heads: int):
     yield 1, 1, 1
 
 
-def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
-                      kv_group: int | None = None, row_cap: int | None = None, *, align: int) -> list:
-    """One plan per card (CardShape each), all with the same max_rows: the first candidate (largest KV group,
-    double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context, row_cap) rows per run,
-    else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size; `align` is
-    ArchConfig.weight_align (KVArea). Raises CapacityError if no row fits."""
+def choose_abuf_plans(config, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
+                      kv_group: int | None = None, row_cap: int | None = None) -> list:
+    """One plan per card (CardShape each) on ArchConfig `config`, all with the same max_rows: the first candidate
+    (largest KV group, double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context, row_cap)
+    rows per run, else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size.
+    Raises CapacityError if no row fits."""
     max_heads = max(max(c.local_heads for c in cards), 1)
     row_cap = min(max_context, row_cap or max_context)
     target = min(ROW_TARGET, row_cap)
@@ -281,8 +322,8 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
     for group, kv_areas, score_areas in _candidates(max_heads):
         if kv_group is not None and group != min(kv_group, max_heads):
             continue
-        plans = [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas,
-                           align=align) for c in cards]
+        plans = [plan_abuf(config, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas)
+                 for c in cards]
         if any(p is None for p in plans):
             continue
         rows = min(p.max_rows for p in plans)
@@ -292,13 +333,13 @@ def choose_abuf_plans(abuf_words: int, d: int, n_inner: int, head_dim: int, card
             break
     if best is None:
         worst = max(cards, key=lambda c: (c.local_heads, c.vocab_slice))
-        kv = KVArea(head_dim, max_context, min(kv_group or 1, worst.local_heads), align)
-        need = _fixed_regions(_fixed(d, worst, kv, 1), align)[1] + sum(
-            _per_row(d, n_inner, 3 * worst.local_heads * head_dim, max_context, 1, worst.staged_fc).values())
-        raise CapacityError(f"the activation buffer ({abuf_words:,} words) cannot hold even one token's activations "
-                            f"and one head group's KV cache for max_context={max_context} ({need:,} words): "
-                            "lower max_context, use more cards or a smaller KV group")
+        _, top, per_row = _plan_parts(config, d, n_inner, head_dim, worst, max_context,
+                                      min(kv_group or 1, worst.local_heads), 1, 1)
+        need = _place(per_row, top, region_align(config))[1]
+        raise CapacityError(f"the activation buffer ({config.abuf_words:,} words) cannot hold even one token's "
+                            f"activations and one head group's KV cache for max_context={max_context} ({need:,} "
+                            "words): lower max_context, use more cards or a smaller KV group")
     rows, group, kv_areas, score_areas = best
     rows = min(rows, row_cap)
-    return [plan_abuf(abuf_words, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows,
-                      align=align) for c in cards]
+    return [plan_abuf(config, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows)
+            for c in cards]

@@ -13,7 +13,10 @@ the card, the instruction and the region when:
 * a write overwrites a value that a later instruction still reads (two live regions overlap); this
   covers a weight-buffer slot loaded before its previous piece's last MATMUL;
 * a matrix, vector or DMA instruction's destination shares a word with one of its own sources other than
-  exactly in place over src1 (the units stream; the RTL's precondition).
+  exactly in place over src1 (the units stream; the RTL's precondition);
+* a LOAD or GATHER from HBM or the host puts words at other offsets within the HBM beat than they had
+  (hw/resolved.py's misaligned_transfer), or a MATMUL's or MASKED_QK's weights are off weight_align boundaries
+  (misaligned_weights): the RTL refuses both (ErrorCode.MISALIGNED).
 
 The check follows program order, which is what the hardware computes: the scoreboard makes the
 overlapped units equal to it.
@@ -28,7 +31,8 @@ from numpy.lib.stride_tricks import as_strided
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Space, Unit
-from ringgpt.hw.resolved import Block, access_blocks, resolve_run, with_gather_slices
+from ringgpt.hw.resolved import (Block, access_blocks, misaligned_transfer, misaligned_weights, resolve_run,
+                                 with_gather_slices)
 
 
 class PlanError(CompileError):
@@ -108,6 +112,9 @@ class _CardCheck:
         for pc, r in enumerate(resolved):
             if r is None:
                 continue
+            problem = misaligned_transfer(r, self.config.beat_words) or misaligned_weights(r, self.config.weight_align)
+            if problem:
+                self.fail(pc, problem)
             reads, writes = access_blocks(r)
             flow = self.flow[pc]
             if len(reads) != len(flow.reads) or len(writes) != len(flow.writes):

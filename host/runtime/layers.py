@@ -112,7 +112,7 @@ def layer_image(image: ApplianceImage) -> ApplianceImage:
     if "hidden" in image.meta.get("host", {}):
         return image
     rows = int(image.meta["max_rows"])
-    align = image.config.hbm_port_bits // 16
+    align = image.config.beat_words
     cards, hidden = [], []
     for index, (card, cuts) in enumerate(zip(image.cards, _cuts(image))):
         offset = align_up(card.host_words, align)

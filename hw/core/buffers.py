@@ -57,14 +57,19 @@ def _log2(value: int) -> int:
 
 
 def select(index, values: list) -> Value:
-    """values[index], each zero-extended to the widest: one binary-indexed mux tree a bit (`word_select`), about
-    a third of the LUTs of a chain of compares (Yosys `synth_xilinx`, 17 values: 6 LUTs a bit against 17;
+    """values[index] (`index` < len(values)), each zero-extended to the widest: a binary tree of 2:1 muxes, one
+    level an index bit, which synthesis packs into LUTs and the CLBs' MUXF7/MUXF8 (Yosys `synth_xilinx -widemux`:
+    17 values 5 LUTs a bit, 33 values 9; a `word_select` 6 and 14, a chain of compares 17 and 32;
     scripts/resource_estimates.py measures it, `port_parts`)."""
     values = [Value.cast(v) for v in values]
-    if len(values) == 1:
-        return values[0]
     width = max(len(v) for v in values)
-    return Cat(*(Cat(v, Const(0, width - len(v))) for v in values)).word_select(index, width)
+    level = [Cat(v, Const(0, width - len(v))) for v in values]
+    for bit in range(len(Value.cast(index))):
+        if len(level) == 1:
+            break
+        level = [Mux(index[bit], level[j + 1], level[j]) if j + 1 < len(level) else level[j]
+                 for j in range(0, len(level), 2)]
+    return level[0]
 
 
 def one_hot_index(bits) -> Value:
@@ -168,7 +173,11 @@ class BankedBuffer(wiring.Component):
         m = Module()
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
         row_layout = data.ArrayLayout(WORD, C)
-        mems = [memory.Memory(shape=row_layout, depth=self.rows, init=[]) for _ in range(P)]
+        # a power of two of rows (URAM and block RAM are anyway), so that a read of any row address is defined in
+        # simulation: the engines' STORE reads start at the buffer word of a beat's lane 0, which may lie before
+        # the buffer's first word or past its last (words wstrb leaves out)
+        depth = 1 << (self.rows - 1).bit_length()
+        mems = [memory.Memory(shape=row_layout, depth=depth, init=[]) for _ in range(P)]
         for b, mem in enumerate(mems):
             m.submodules[f"mem{b}"] = mem
         for name, width in self.reads.items():

@@ -29,6 +29,7 @@ from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
 from .buffers import one_hot_index, select
+from .transpose import TransposeTile
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
@@ -68,9 +69,20 @@ to (write = 1) the buffer words at X word + delta (32-bit wrap); `target` for re
 
 
 def beat_layout(words: int) -> data.StructLayout:
-    """A beat an engine puts on its `beats` stream: words [0, popcount(mask)) are valid, `addr` is the first
-    one's target address (X word + delta)."""
-    return data.StructLayout({"addr": ADDRESS_BITS, "data": data.ArrayLayout(WORD, words), "mask": words})
+    """A beat an engine puts on its `beats` stream, as the bus gave it: the words `mask` marks are valid, the first
+    at lane `off`; `addr` is that first one's target address (X word + delta)."""
+    return data.StructLayout({"addr": ADDRESS_BITS, "data": data.ArrayLayout(WORD, words), "mask": words,
+                              "off": range(words)})
+
+
+def to_lane0(m: Module, beat, *, name: str):
+    """`beat` (beat_layout) with its words moved down by its `off`, so that its first valid word is lane 0: the one
+    shift of the transpose tile's and of GATHER's index beats, which the engines hand over unshifted."""
+    B = len(beat.mask)
+    out = Signal(beat_layout(B), name=name)
+    m.d.comb += [out.addr.eq(beat.addr), out.data.eq(beat.data.as_value() >> (beat.off * WORD)),
+                 out.mask.eq(beat.mask >> beat.off)]
+    return out
 
 
 class PortEngine(wiring.Component):
@@ -80,12 +92,14 @@ class PortEngine(wiring.Component):
     Takes row jobs (`JobLayout`) from `job` (a FIFO of `job_depth`), keeps the part of each that lies in its
     memory (a contiguous range of its local words), and moves it as INCR bursts of up to AXI_MAX_BURST beats
     that never cross a 4 KiB page, up to `outstanding` bursts in flight (one AXI ID: responses in order).
-    Reads: each beat is shifted so that its first wanted word is lane 0, then merged into whole buffer rows
-    (`_rows`): a row is written through `rows` (a RowWritePort into the buffer `rows_target` names) once the beat completes it,
-    `data_latency` cycles after the R handshake when granted, and the beat waits in its register (`rready` low)
-    until then; or the beat is offered on `beats`. Writes: each beat's words are read from ABUF (`from_abuf`,
-    a SharedReadPort: the fetch waits for its grant), shifted into place, and sent with wstrb covering just the
-    job's words. `moved` counts the beats moved since `restart`; `behind` (from the unit: fewer than the
+    Reads: each beat's words are merged, unshifted, into whole buffer rows (`_rows`; the ISA's rule,
+    hw/resolved.misaligned_transfer, puts each word at the same offset within the beat in the buffer as in the
+    memory, so a beat is one of the chunk's chunk / beat slots): a row is written through `rows` (a RowWritePort
+    into the buffer `rows_target` names) once the beat completes it, `data_latency` cycles after the R handshake
+    when granted, and the beat waits in its register (`rready` low) until then; or the beat is offered on `beats`
+    as it came (the DMA unit shifts what it takes from there, `to_lane0`). Writes: each beat's words are read
+    from ABUF (`from_abuf`, a SharedReadPort: the fetch waits for its grant) at the buffer address of the beat's
+    lane 0, so they arrive in their lanes, and sent with wstrb covering just the job's words. `moved` counts the beats moved since `restart`; `behind` (from the unit: fewer than the
     leader's) makes its buffer requests urgent. An SLVERR/DECERR response pulses `bus_error`. With `abort` it
     drops its queued jobs and writes nothing more, finishes the bursts in flight, and drops `busy`. Throughput: one beat per cycle, and
     one job per cycle (a job without words in this memory costs one cycle), when its buffer requests are
@@ -117,7 +131,7 @@ class PortEngine(wiring.Component):
 
     def __init__(self, cfg: ArchConfig, channel: int | None):
         self.cfg, self.channel = cfg, channel
-        self.beat_words = cfg.hbm_port_bits // WORD
+        self.beat_words = cfg.beat_words
         self.outstanding = cfg.hbm_outstanding
         self.chunk = cfg.buffer_chunk_words
         B = self.beat_words
@@ -149,46 +163,32 @@ class PortEngine(wiring.Component):
 
     def _rows(self, m: Module, stage, rows_taken):
         """The beat in `stage` merged into whole buffer rows, one row per grant (through `rows`, a RowWritePort of
-        one chunk, into the buffer `rows_target`): a chunk the beat fills up to its last word, or the chunk it leaves when the
-        job's words do not continue (`stage.ends`), is written, and the grant takes the beat (`rows_taken`); the
-        words of a chunk the next beat continues are held and written with it, and those of the next chunk when
-        the job's words end in it are held and written on their own next (a flush, before the next beat). So a
-        sequential transfer writes each chunk once, in one grant. Returns whether a flush is pending."""
+        one chunk, into the buffer `rows_target`): its lane 0 is at a multiple of the beat within its chunk
+        (`stage.addr`, by the ISA's rule), so its words fill one of the chunk's slots of a beat, unshifted. The
+        chunk is written when the beat fills it up to its last word, or when the job's words do not continue
+        (`stage.ends`), and the grant takes the beat (`rows_taken`); else the words are held and written with the
+        next beat's. So a sequential transfer writes each chunk once, in one grant."""
         K, B = self.chunk, self.beat_words
-        lk = _log2(K)
-        held = Signal(data.StructLayout({"valid": 1, "flush": 1, "target": Target, "first": ADDRESS_BITS,
-                                         "data": data.ArrayLayout(WORD, K), "mask": K}))
-        offset = stage.addr[:lk] if lk else 0
-        window, spread = Signal(2 * K * WORD), Signal(2 * K)
-        m.d.comb += [window.eq(Cat(stage.data.as_value(), Const(0, (2 * K - B) * WORD)) << (offset * WORD)),
-                     spread.eq(Cat(stage.mask, Const(0, 2 * K - B)) << offset)]
-        row0 = Signal(data.ArrayLayout(WORD, K))
-        m.d.comb += [row0[i].eq(Mux(spread[i], window.word_select(i, WORD), held.data[i])) for i in range(K)]
-        mask0 = spread[:K] | Mux(held.valid, held.mask, 0)
-        full = spread[K - 1] | stage.ends              # the first chunk gets no more words from this engine
-        flushing = held.valid & held.flush & ~self.abort
-        first = Signal(ADDRESS_BITS)
-        m.d.comb += first.eq(stage.addr >> lk)
+        lk, lb = _log2(K), _log2(B)
+        held = Signal(data.StructLayout({"valid": 1, "data": data.ArrayLayout(WORD, K), "mask": K}))
+        slot = stage.addr[lb:lk] if lk > lb else 0
+        row0, mask0 = Signal(data.ArrayLayout(WORD, K)), Signal(K)
+        for i in range(K):
+            mine = (slot == i // B) & stage.mask[i % B]
+            m.d.comb += [row0[i].eq(Mux(mine, stage.data[i % B], held.data[i])),
+                         mask0[i].eq(mine | (held.valid & held.mask[i]))]
+        full = ((slot == K // B - 1) & stage.mask[B - 1]) | stage.ends    # the chunk gets no more words
         write = Signal(K)
-        m.d.comb += write.eq(Mux(flushing, held.mask, Mux(full, mask0, 0)))
+        m.d.comb += write.eq(Mux(full, mask0, 0))
         writing = stage.valid & (stage.target != Target.STREAM) & ~self.abort
         port = self.rows
-        m.d.comb += [self.rows_target.eq(Mux(flushing, held.target, stage.target)),
-                     port.en.eq((flushing | writing) & (write != 0)), port.first.eq(Mux(flushing, held.first, first)),
-                     port.data.eq(Mux(flushing, held.data.as_value(), row0.as_value())), port.mask.eq(write)]
-        granted = port.ready
-        m.d.comb += rows_taken.eq(~flushing & ((write == 0) | granted))
+        m.d.comb += [self.rows_target.eq(stage.target), port.en.eq(writing & (write != 0)),
+                     port.first.eq(stage.addr >> lk), port.data.eq(row0.as_value()), port.mask.eq(write)]
+        m.d.comb += rows_taken.eq((write == 0) | port.ready)
         with m.If(self.abort):
             m.d.sync += held.valid.eq(0)
-        with m.Elif(flushing):
-            m.d.sync += held.valid.eq(~granted)
         with m.Elif(writing & rows_taken):
-            with m.If(~full):
-                m.d.sync += [held.valid.eq(1), held.flush.eq(0), held.data.eq(row0), held.mask.eq(mask0)]
-            with m.Else():
-                m.d.sync += [held.valid.eq(spread[K:] != 0), held.flush.eq(stage.ends), held.target.eq(stage.target),
-                             held.first.eq(first + 1), held.data.eq(window[K * WORD:]), held.mask.eq(spread[K:])]
-        return held.valid & held.flush
+            m.d.sync += [held.valid.eq(~full), held.data.eq(row0), held.mask.eq(mask0)]
 
     def elaborate(self, platform):
         m = Module()
@@ -263,12 +263,12 @@ class PortEngine(wiring.Component):
                          cur.delta.eq(head.delta), cur.lo.eq(llo), cur.hi.eq(lhi),
                          cur.next.eq(llo & ~(B - 1))]
 
-        # --- reads: R beats -> shifted to lane 0 -> the write register -> rows of ABUF, WBUF, or `beats` ------------
+        # --- reads: R beats -> the write register -> rows of ABUF, WBUF, or `beats` --------------------------------
         rhead = burst(reads.r_data)
         r_index = Signal(8)
         r_local, r_off, r_mask = self._lanes(m, rhead, r_index, name="r")
         stage = Signal(data.StructLayout({"valid": 1, "target": Target, "addr": ADDRESS_BITS, "ends": 1,
-                                          "data": data.ArrayLayout(WORD, B), "mask": B}))
+                                          "data": data.ArrayLayout(WORD, B), "mask": B, "off": range(B)}))
         rows_taken = Signal()
         taken = Mux(stage.target == Target.STREAM, self.beats.ready, rows_taken) | self.abort
         m.d.comb += axi.rready.eq(reads.r_rdy & (~stage.valid | taken))
@@ -285,35 +285,34 @@ class PortEngine(wiring.Component):
             m.d.sync += r_index.eq(Mux(last, 0, r_index + 1))
             m.d.comb += reads.r_en.eq(last)
             m.d.sync += [stage.valid.eq(~r_error & ~self.abort), stage.target.eq(rhead.target),
-                         stage.addr.eq(self._word_of(r_local) + r_off + rhead.delta), stage.ends.eq(ends),
-                         stage.data.eq(axi.rdata >> (r_off * WORD)), stage.mask.eq(r_mask >> r_off)]
+                         stage.addr.eq(self._word_of(r_local) + rhead.delta), stage.ends.eq(ends),
+                         stage.data.eq(axi.rdata), stage.mask.eq(r_mask), stage.off.eq(r_off)]
         with m.Elif(taken):
             m.d.sync += stage.valid.eq(0)
-        flush_pending = self._rows(m, stage, rows_taken)
+        self._rows(m, stage, rows_taken)
         m.d.comb += [self.beats.valid.eq(stage.valid & (stage.target == Target.STREAM) & ~self.abort),
-                     self.beats.payload.addr.eq(stage.addr), self.beats.payload.data.eq(stage.data),
-                     self.beats.payload.mask.eq(stage.mask)]
+                     self.beats.payload.addr.eq(stage.addr + stage.off), self.beats.payload.data.eq(stage.data),
+                     self.beats.payload.mask.eq(stage.mask), self.beats.payload.off.eq(stage.off)]
 
-        # --- writes: ABUF words -> shifted into place -> W beats; B responses ---------------------------------------
+        # --- writes: ABUF words, read at the buffer address of the beat's lane 0 -> W beats; B responses ----------
         whead = burst(writes.r_data)
         w_index = Signal(8)
-        w_local, w_off, w_mask = self._lanes(m, whead, w_index, name="w")
-        m.d.comb += self.from_abuf.addr.eq(self._word_of(w_local) + w_off + whead.delta)
+        w_local, _, w_mask = self._lanes(m, whead, w_index, name="w")
+        m.d.comb += self.from_abuf.addr.eq(self._word_of(w_local) + whead.delta)
         w_beat = data.StructLayout({"data": B * WORD, "strb": 2 * B, "last": 1})
         w_depth = 4
         m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=w_beat.size, depth=w_depth)
-        fetched = Signal(data.StructLayout({"valid": 1, "off": range(B), "strb": 2 * B, "last": 1}))
+        fetched = Signal(data.StructLayout({"valid": 1, "strb": 2 * B, "last": 1}))
         m.d.comb += self.from_abuf.en.eq(writes.r_rdy & (w_fifo.level + fetched.valid < w_depth))
         fetch = self.from_abuf.en & self.from_abuf.ready
         with m.If(fetch):
             last = w_index == whead.beats - 1
             m.d.sync += w_index.eq(Mux(last, 0, w_index + 1))
             m.d.comb += writes.r_en.eq(last)
-        m.d.sync += [fetched.valid.eq(fetch), fetched.off.eq(w_off), fetched.last.eq(w_index == whead.beats - 1),
+        m.d.sync += [fetched.valid.eq(fetch), fetched.last.eq(w_index == whead.beats - 1),
                      fetched.strb.eq(Cat(*[Cat(w_mask[lane], w_mask[lane]) for lane in range(B)]))]
         m.d.comb += [w_fifo.w_en.eq(fetched.valid),
-                     w_fifo.w_data.eq(Cat((self.from_abuf.data.as_value() << (fetched.off * WORD))[:B * WORD],
-                                          fetched.strb, fetched.last))]
+                     w_fifo.w_data.eq(Cat(self.from_abuf.data.as_value(), fetched.strb, fetched.last))]
         w_out = w_beat(w_fifo.r_data)
         m.d.comb += [axi.wvalid.eq(w_fifo.r_rdy), axi.wdata.eq(w_out.data), axi.wstrb.eq(w_out.strb),
                      axi.wlast.eq(w_out.last), w_fifo.r_en.eq(axi.wready)]
@@ -324,7 +323,7 @@ class PortEngine(wiring.Component):
         m.d.comb += [port.urgent.eq(self.behind) for port in (self.rows, self.from_abuf)]
         m.d.comb += [self.bus_error.eq((axi.rvalid & axi.rready & r_error) | (axi.bvalid & axi.bresp[1])),
                      self.busy.eq(jobs.r_rdy | cur.valid | ar.valid | aw.valid | reads.r_rdy | stage.valid
-                                  | flush_pending | (writes_open != 0))]
+                                  | (writes_open != 0))]
         return m
 
 
@@ -351,7 +350,11 @@ class DMAUnit(wiring.Component):
     runs every HBM port at one beat per cycle while the grants allow (one row per memory per cycle: the
     engines behind the leader go first, which keeps them in step; on the compiled programs at the HBM's
     sustained rate the grants cost 1 to 2 % of the DMA's cycles on decode, scripts/bank_conflicts.py; a
-    transfer whose HBM and buffer words differ modulo the chunk writes more rows and costs more). GATHER: one table-row job per index (indices from ABUF at one per two
+    transfer whose HBM and buffer words differ modulo the chunk writes more rows and costs more). An off-chip
+    LOAD's or GATHER's words keep their offsets within the beat (the ISA's rule, hw/resolved.misaligned_transfer),
+    so the engines write beats into rows unshifted; the transpose tile's and GATHER's index beats are shifted to
+    lane 0 once, here (`to_lane0`), and a STORE beat's words are read from ABUF at the buffer word of its lane 0.
+    GATHER: one table-row job per index (indices from ABUF at one per two
     cycles, or streamed from the host). Transposed LOAD from HBM/HOST: the on-chip transposed copy with its
     tile filled by jobs, one beat per cycle from whichever engine (P source rows of up to P words, then P
     columns drained). Transposed STORE: one job per word (one word per cycle).
@@ -364,7 +367,8 @@ class DMAUnit(wiring.Component):
     (hbm_port_bits) per cycle as long as hbm_outstanding bursts cover L: C x hbm_port_bits / 16 words per
     cycle on a long sequential LOAD or STORE (32 at sim-small, 1,024 at u280). On-chip copies as `cycles`.
 
-    Errors: the checks of every unit (interfaces.check_instruction), OUT_OF_RANGE for an ABUF/WBUF block past
+    Errors: the checks of every unit (interfaces.check_instruction), MISALIGNED for an off-chip LOAD or GATHER
+    that breaks the beat rule, OUT_OF_RANGE for an ABUF/WBUF block past
     its buffer, an HBM block past hbm_words, a HOST block past 2**32 and, while running, a gathered table row
     past hbm_words; BUS for an SLVERR/DECERR response: the unit then issues no more bursts, writes nothing
     more, waits for the bursts in flight and completes with the code (words already moved stay moved).
@@ -382,7 +386,7 @@ class DMAUnit(wiring.Component):
             raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
         self.cfg = cfg
         self.width = P = cfg.vector_width
-        self.beat_words = B = cfg.hbm_port_bits // WORD
+        self.beat_words = B = cfg.beat_words
         self.latency = READ_LATENCY + 1
         self.drain_latency = 1
         self.overhead = 4
@@ -418,7 +422,7 @@ class DMAUnit(wiring.Component):
         """Busy cycles of a legal on-chip LOAD (`overhead` alone when rows or n is 0: ZERO_DIM).
 
         Straight copies: one chunk of vector_width (P) words per cycle, rows * ceil(n / P) steps, then
-        `latency` (read, write register). Transposed copies go through a P x P register tile: for each group
+        `latency` (read, write register). Transposed copies go through the P x P tile (`TransposeTile`): for each group
         of R <= P source rows and each chunk of C <= P columns, R fill steps (one source row each), one step
         for the last row to land, and C drain steps (one destination row of R words each), then
         `drain_latency`: about P / 2 words per cycle on full tiles, one destination row per cycle when rows = 1.
@@ -599,7 +603,14 @@ class DMAUnit(wiring.Component):
         dst_rows, dst_cols = Mux(transpose, n, rows), Mux(transpose, rows, n)
         in_range = (fits(s_dst, dst, dst_rows, dst_cols, sd)
                     & Mux(is_gather, fits(s_src2, src2, 1, rows, 0), fits(s_src1, src1, rows, n, s1)))
-        code = error_code(m, checks, empty=(rows == 0) | (n == 0), out_of_range=~in_range)
+        # the engines' rule (hw/resolved.misaligned_transfer): an HBM/host LOAD's or GATHER's words at the same
+        # offsets within the beat in the buffer as in the memory
+        lb = _log2(B)
+        off_chip_read = ((is_load & ~transpose) | is_gather) & ((s_src1 == Space.HBM) | (s_src1 == Space.HOST))
+        steps = Mux(is_gather, sd, sd - s1)
+        misaligned = off_chip_read & (((dst - src1)[:lb] != 0) | ((rows > 1) & (steps[:lb] != 0))
+                                      | (is_gather & (s1[:lb] != 0))) if lb else 0
+        code = error_code(m, checks, empty=(rows == 0) | (n == 0), out_of_range=~in_range, misaligned=misaligned)
 
         # --- control ----------------------------------------------------------------------------------------------------
         chunks = Signal(32)
@@ -745,7 +756,8 @@ class DMAUnit(wiring.Component):
         m.submodules.indices = indices = fifo.SyncFIFO(width=beat_layout(B).size, depth=2)
         head = beat_layout(B)(indices.r_data)
         lane = Signal(range(B))
-        m.d.comb += [indices.w_data.eq(host_engine.beats.payload), indices.w_en.eq(host_engine.beats.valid & is_gather)]
+        m.d.comb += [indices.w_data.eq(to_lane0(m, host_engine.beats.payload, name="index_beat")),
+                     indices.w_en.eq(host_engine.beats.valid & is_gather)]
         with m.If(host_indices):
             m.d.comb += [index_valid.eq(indices.r_rdy & head.mask.bit_select(lane, 1)), index.eq(head.data[lane])]
         with m.Else():
@@ -770,37 +782,35 @@ class DMAUnit(wiring.Component):
         step1 = pipe(m, step, READ_LATENCY, name="step1")
         got = self.abuf_src.data
 
-        # --- the transpose tile: rows filled from reads or engine beats, columns drained by shifting left -----------
+        # --- the transpose tile: rows filled from reads or engine beats, then its columns drained -----------------
         requests = [engine.beats.valid & tile_mode for engine in engines]
         grants = [req & ~Cat(*requests[:k]).any() if k else req for k, req in enumerate(requests)]
         for engine, grant in zip(engines, grants):
             m.d.comb += engine.beats.ready.eq(grant)
         m.d.comb += host_engine.beats.ready.eq(Mux(is_gather, indices.w_rdy, grants[-1]))
-        beat = Signal(beat_layout(B))
+        offered = Signal(beat_layout(B))
         for engine, grant in zip(engines, grants):
             with m.If(grant):
-                m.d.comb += beat.eq(engine.beats.payload)
+                m.d.comb += offered.eq(engine.beats.payload)
+        beat = to_lane0(m, offered, name="tile_beat")
         tile_write = Cat(*grants).any()
         tile_row, tile_col = beat.addr[lp:2 * lp], beat.addr[:lp]
-        placed = Signal(data.ArrayLayout(WORD, P))
         placed_mask = Signal(P)
-        m.d.comb += [placed.eq((Cat(beat.data.as_value(), Const(0, P * WORD)) << (tile_col * WORD))[:P * WORD]),
-                     placed_mask.eq((Cat(beat.mask, Const(0, P)) << tile_col)[:P])]
+        m.d.comb += placed_mask.eq((Cat(beat.mask, Const(0, P)) << tile_col)[:P])
         filled = Signal(range(P * P + 1))
         filled_next = Signal(range(P * P + B + 1))
         m.d.comb += [filled_next.eq(filled + Mux(tile_write, sum(placed_mask[k] for k in range(P)), 0)),
                      tile_full.eq(filled_next == tile_rows * tile_cols)]
         m.d.sync += filled.eq(Mux(drain | ~running, 0, filled_next))
-        tile = [[Signal(WORD, name=f"tile{row}_{c}") for c in range(P)] for row in range(P)]
-        for row in range(P):
-            with m.If(step1.fill & (step1.i == row)):
-                m.d.sync += [tile[row][c].eq(got[c]) for c in range(P)]
-            with m.Elif(tile_write & (tile_row == row)):
-                for c in range(P):
-                    with m.If(placed_mask[c]):
-                        m.d.sync += tile[row][c].eq(placed[c])
-            with m.Elif(drain):
-                m.d.sync += [tile[row][c].eq(tile[row][c + 1] if c + 1 < P else 0) for c in range(P)]
+        m.submodules.tile = tile = TransposeTile(P)
+        with m.If(step1.fill):          # a source row read on chip: all P words
+            m.d.comb += [tile.write_en.eq(1), tile.write_row.eq(step1.i), tile.write_data.eq(got),
+                         tile.write_mask.eq(-1)]
+        with m.Else():                  # an engine's beat: its words from column tile_col on
+            m.d.comb += [tile.write_en.eq(tile_write), tile.write_row.eq(tile_row), tile.write_col.eq(tile_col),
+                         tile.write_data.eq(Cat(beat.data.as_value(), Const(0, P * WORD))[:P * WORD]),
+                         tile.write_mask.eq(Cat(beat.mask, Const(0, P))[:P])]
+        m.d.comb += tile.read_col.eq(j)
         tile_mask = Signal(P)
         m.d.comb += [tile_mask[row].eq(row < tile_rows) for row in range(P)]
 
@@ -815,7 +825,7 @@ class DMAUnit(wiring.Component):
             m.d.sync += [wreg.addr.eq(step1.addr), wreg.mask.eq(step1.mask), wreg.data.eq(got)]
         with m.Elif(drain):
             m.d.sync += [wreg.addr.eq(dst_addr), wreg.mask.eq(tile_mask)]
-            m.d.sync += [wreg.data[row].eq(tile[row][0]) for row in range(P)]
+            m.d.sync += wreg.data.eq(tile.read_data)
         # as two rows of the buffers' chunks: the first of its group and urgent, so granted every cycle (its
         # engines, the rest of the group, are idle during on-chip copies); `ready` is not needed
         lc = _log2(cfg.buffer_chunk_words)

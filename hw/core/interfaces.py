@@ -69,7 +69,8 @@ class ErrorCode(enum.Enum, shape=4):
     code into NONE on its Completion."""
     MISALIGNED = 10
     """A MATMUL's or MASKED_QK's weights (in WBUF or ABUF) start, or step from column to column, off a multiple of
-    `ArchConfig.weight_align` words (hw/resolved.misaligned_weights)."""
+    `ArchConfig.weight_align` words (hw/resolved.misaligned_weights); or a LOAD's or GATHER's HBM/host words lie at
+    other offsets within the beat than their buffer words (hw/resolved.misaligned_transfer)."""
 
 
 class Completion(wiring.Signature):

@@ -16,7 +16,7 @@ import numpy as np
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, control_result
-from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_weights
+from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
@@ -249,14 +249,16 @@ class Card:
         return self.read(name, (space, value), r.rows, 1 if row_scalar else r.n, getattr(r, f"{name}_stride"))
 
     # --- instructions --------------------------------------------------------------------------
-    def _check_weights(self, r: Resolved) -> None:
-        problem = misaligned_weights(r, self.cfg.weight_align)
+    def _check_alignment(self, r: Resolved) -> None:
+        """The alignment rules of the matrix unit's weights and of the DMA engines' reads (AlignmentFault)."""
+        problem = (misaligned_weights(r, self.cfg.weight_align)
+                   or misaligned_transfer(r, self.cfg.beat_words))
         if problem:
             raise AlignmentFault(self.index, self.pc, self.text(), problem)
 
     def _check_ranges(self, r: Resolved) -> None:
         """Timing-only execution: the address checks of an instruction, without its data."""
-        self._check_weights(r)
+        self._check_alignment(r)
         reads, writes = access_ranges(r)
         for verb, ranges in (("reads", reads), ("writes", writes)):
             for space, lo, hi in ranges:
@@ -271,6 +273,7 @@ class Card:
             self.regs[rd] = control_result(r.op, self.regs, rs, rt, imm)
 
     def _copy(self, r: Resolved) -> None:
+        self._check_alignment(r)
         if (r.dst[0] is Space.WBUF and r.src1[0] is Space.HBM and not r.flags.transpose and r.rows and r.n
                 and (r.rows == 1 or r.src1_stride == r.n == r.dst_stride)):
             self._defer(r)
@@ -286,6 +289,7 @@ class Card:
     def _gather(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_alignment(r)
         index = self.read("src2", r.src2, 1, r.rows, 0)[0].view(np.uint16).astype(np.int64)
         space, base = r.src1
         starts = base + index * r.src1_stride
@@ -303,14 +307,14 @@ class Card:
     def _matmul(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
-        self._check_weights(r)
+        self._check_alignment(r)
         bias = None if r.aux[0] is Space.NONE else self.read("aux", r.aux, 1, r.n, 0)[0]
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, self._products(r, bias, bool(r.flags.gelu)))
 
     def _masked_qk(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
-        self._check_weights(r)
+        self._check_alignment(r)
         scores = self._products(r)
         masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
         scores[masked] = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))

@@ -34,7 +34,7 @@ from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, new_regs, random_state,
                                                  register_relative, resolved_of)
 from ringgpt.sim.cycle_model import instruction_cost
-from ringgpt.sim.functional.errors import AddressFault
+from ringgpt.sim.functional.errors import AddressFault, AlignmentFault
 from ringgpt.sim.functional.machine import Card
 from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
 
@@ -123,14 +123,15 @@ class DmaTB(DatapathTB):
 
     # --- one instruction ----------------------------------------------------------------------------------------
     def golden(self, state: dict, inst: Instruction, regs) -> dict | None:
-        """Every space after the functional simulator executes `inst` from `state`; None on an AddressFault."""
+        """Every space after the functional simulator executes `inst` from `state`; None on an AddressFault or an
+        AlignmentFault."""
         card = Card(0, self.cfg, [Decoded(inst)], HBM_WORDS, HOST_WORDS)
         for space in SPACES:
             card.mem[space][:] = nx.fp16_from_bits(state[space])
         card.regs = list(regs)
         try:
             card._execute[inst.opcode](card.program[0].resolve(card.regs, 0))
-        except AddressFault:
+        except (AddressFault, AlignmentFault):
             return None
         return {space: nx.fp16_bits(card.mem[space]).copy() for space in SPACES}
 
@@ -329,8 +330,10 @@ KINDS = ("load", "load_t", "store", "store_t", "gather")
 
 def offchip_case(rng, cfg, kind: str):
     """A random legal off-chip instruction of `kind`: (instruction, registers, {space: (address, uint16 words)}
-    to place in the state (GATHER's indices))."""
-    P, B, G = cfg.vector_width, cfg.hbm_port_bits // 16, cfg.hbm_interleave_words
+    to place in the state (GATHER's indices)). A LOAD's or GATHER's rows keep their words at the same offsets within
+    the beat in the buffer as in HBM or the host (hw/resolved.misaligned_transfer): their strides differ by, and
+    GATHER's are, multiples of the beat, and the off-chip base is moved to the buffer base's offset."""
+    P, B, G = cfg.vector_width, cfg.beat_words, cfg.hbm_interleave_words
     x_space = Space.HBM if rng.random() < 0.65 else Space.HOST
     x_words = HBM_WORDS if x_space == Space.HBM else HOST_WORDS
     buf_space = Space.WBUF if kind in ("load", "load_t") and rng.random() < 0.4 else Space.ABUF
@@ -343,6 +346,7 @@ def offchip_case(rng, cfg, kind: str):
             continue
         if kind == "load":
             s1, sd = stride_for(rng, n, overlap=True), stride_for(rng, n, overlap=False)
+            sd += (s1 - sd) % B
             x_extent, b_extent = extent(rows, n, s1), extent(rows, n, sd)
         elif kind == "load_t":
             s1, sd = stride_for(rng, n, overlap=True), stride_for(rng, rows, overlap=rows <= P)
@@ -355,9 +359,10 @@ def offchip_case(rng, cfg, kind: str):
             x_extent, b_extent = extent(n, rows, sd), extent(rows, n, s1)
         else:
             x_space, x_words = Space.HBM, HBM_WORDS
-            s1, sd = int(rng.integers(1, 2 * n + 2)), stride_for(rng, n, overlap=False)
+            s1, sd = B * int(rng.integers(1, -(-(2 * n + 1) // B) + 1)), stride_for(rng, n, overlap=False)
+            sd += -sd % B
             x_extent, b_extent = n, extent(rows, n, sd)
-        if x_extent > x_words:
+        if x_extent + B > x_words:
             continue
         if kind == "gather":
             index_space = Space.HOST if rng.random() < 0.5 else Space.ABUF
@@ -369,7 +374,9 @@ def offchip_case(rng, cfg, kind: str):
             bases = place(rng, {"buf": b_extent}, capacity)
         if bases is not None:
             break
-    x_base = int(rng.integers(0, x_words - x_extent + 1))
+    x_base = int(rng.integers(0, x_words - x_extent - B + 1))
+    if kind in ("load", "gather"):
+        x_base += (bases["dst" if kind == "gather" else "buf"] - x_base) % B
     regs = new_regs()
 
     def operand(space, address):
@@ -424,12 +431,13 @@ async def offchip_errors(dut):
     rng = np.random.default_rng(17)
     cfg = tb.cfg
     hbm, host = (lambda address: Operand(Space.HBM, 0, address)), (lambda address: Operand(Space.HOST, 0, address))
-    load = Instruction.make(Opcode.LOAD, dst=abuf(64), src1=hbm(100), rows=Dim(0, 3), n=Dim(0, 40), dst_stride=40,
-                            src1_stride=50)
+    B = cfg.beat_words
+    load = Instruction.make(Opcode.LOAD, dst=abuf(64), src1=hbm(64 + 4 * B), rows=Dim(0, 3), n=Dim(0, 40),
+                            dst_stride=50 - B, src1_stride=50)
     store = Instruction.make(Opcode.STORE, dst=host(30), src1=abuf(8), rows=Dim(0, 2), n=Dim(0, 20), dst_stride=24,
                              src1_stride=20)
     gather = Instruction.make(Opcode.GATHER, dst=abuf(256), src1=hbm(0), src2=abuf(16), rows=Dim(0, 2), n=Dim(0, 9),
-                              dst_stride=9, src1_stride=3)
+                              dst_stride=2 * B, src1_stride=B)
     word, sword, gword = load.encode(), store.encode(), gather.encode()
     refused = [
         ("GATHER +transpose", gather, set_field(gword, "flags.transpose", 1), ErrorCode.RESERVED),
@@ -441,18 +449,26 @@ async def offchip_errors(dut):
         ("LOAD into HOST", load, set_field(word, "dst.space", Space.HOST.value), ErrorCode.BAD_SPACE),
         ("STORE rows 0: a no-op", decode(set_field(sword, "rows.imm", 0)), None, ErrorCode.NONE),
         ("GATHER n 0: a no-op", decode(set_field(gword, "n.imm", 0)), None, ErrorCode.NONE),
-        ("LOAD past HBM", load, set_field(word, "src1.offset", cfg.hbm_words - 100), ErrorCode.OUT_OF_RANGE),
+        ("LOAD past HBM", load, set_field(word, "src1.offset", cfg.hbm_words - 12 * B), ErrorCode.OUT_OF_RANGE),
         ("STORE past 2**32", store, set_field(sword, "dst.offset", (1 << 32) - 30), ErrorCode.OUT_OF_RANGE),
-        ("GATHER past ABUF", gather, set_field(gword, "dst.offset", cfg.abuf_words - 10), ErrorCode.OUT_OF_RANGE),
+        ("GATHER past ABUF", gather, set_field(gword, "dst.offset", cfg.abuf_words - 2 * B), ErrorCode.OUT_OF_RANGE),
+        ("LOAD off the beat", load, set_field(word, "dst.offset", 65), ErrorCode.MISALIGNED),
+        ("LOAD strides off the beat", load, set_field(word, "dst_stride", 51), ErrorCode.MISALIGNED),
+        ("GATHER table stride off the beat", gather, set_field(gword, "src1_stride", B + 1), ErrorCode.MISALIGNED),
+        ("GATHER rows off the beat", gather, set_field(gword, "dst_stride", 2 * B + 1), ErrorCode.MISALIGNED),
+        ("GATHER off the beat", gather, set_field(gword, "dst.offset", 257), ErrorCode.MISALIGNED),
         ("GATHER indices past ABUF", gather, set_field(gword, "src2.offset", cfg.abuf_words - 1),
          ErrorCode.OUT_OF_RANGE),
     ]
     for label, inst, bad_word, code in refused:
-        await tb.check_dma(inst, [0] * 16, full_state(rng, cfg), label=label, word=bad_word, error=code)
+        state = full_state(rng, cfg)
+        if code is ErrorCode.MISALIGNED:     # the simulator refuses it too
+            assert tb.golden(state, decode(bad_word), [0] * 16) is None, label
+        await tb.check_dma(inst, [0] * 16, state, label=label, word=bad_word, error=code)
 
     # a table row past the config's HBM (index 0xFFFF at stride 2**19): OUT_OF_RANGE before any read
     far = Instruction.make(Opcode.GATHER, dst=abuf(256), src1=hbm(cfg.hbm_words - 4096), src2=abuf(16),
-                           rows=Dim(0, 2), n=Dim(0, 9), dst_stride=9, src1_stride=1 << 19)
+                           rows=Dim(0, 2), n=Dim(0, 9), dst_stride=2 * B, src1_stride=1 << 19)
     state = state_with(rng, cfg, {Space.ABUF: (16, np.array([0xFFFF, 0], np.uint16))})
     assert tb.golden(state, far, [0] * 16) is None
     await tb.check_dma(far, [0] * 16, state, label="table row past HBM", error=ErrorCode.OUT_OF_RANGE)
@@ -460,10 +476,10 @@ async def offchip_errors(dut):
     # BUS: addresses inside the config's HBM / 2**32 but past the AxiRams (the simulator faults: past its map)
     outside = HBM_WORDS + 64
     bus = [
-        ("LOAD past the HBM AxiRams", load._replace(src1=hbm(HBM_WORDS - 50)), {Space.ABUF: (64, 64 + 120)}),
+        ("LOAD past the HBM AxiRams", load._replace(src1=hbm(HBM_WORDS - 6 * B)), {Space.ABUF: (64, 64 + 140)}),
         ("transposed LOAD past them", load._replace(src1=hbm(outside), flags=Flags(transpose=1), dst_stride=3),
-         {Space.ABUF: (64, 64 + 120)}),
-        ("LOAD past the host AxiRam", load._replace(src1=host(HOST_WORDS - 20)), {Space.ABUF: (64, 64 + 120)}),
+         {Space.ABUF: (64, 64 + 140)}),
+        ("LOAD past the host AxiRam", load._replace(src1=host(HOST_WORDS - 3 * B)), {Space.ABUF: (64, 64 + 140)}),
         ("STORE past the host AxiRam", store._replace(dst=host(HOST_WORDS - 30)), {Space.HOST: (HOST_WORDS - 30,
                                                                                                HOST_WORDS)}),
         ("STORE past the HBM AxiRams", store._replace(dst=hbm(HBM_WORDS - 10)), {Space.HBM: (HBM_WORDS - 10,
@@ -474,7 +490,7 @@ async def offchip_errors(dut):
         ("GATHER indices past the host AxiRam", gather._replace(src2=host(HOST_WORDS - 1)), {Space.ABUF: (256, 274)}),
     ]
     for label, inst, may_write in bus:
-        indices = np.array([3, (outside + 10) // 3], np.uint16)
+        indices = np.array([3, (outside + 10) // B], np.uint16)
         state = state_with(rng, cfg, {Space.ABUF: (16, indices)})
         assert tb.golden(state, inst, [0] * 16) is None, label
         await tb.check_dma(inst, [0] * 16, state, label=label, error=ErrorCode.BUS, may_write=may_write)
