@@ -263,8 +263,8 @@ def _plan_parts(config, d: int, n_inner: int, head_dim: int, card: CardShape, ma
     """The fixed regions, the first word after them and the per-row regions' words a row."""
     qkv_width = 3 * card.local_heads * head_dim
     per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc, config.beat_words)
-    kv = KVArea(head_dim, max_context, kv_group, region_align(config))
     align = region_align(config)
+    kv = KVArea(head_dim, max_context, kv_group, align)
     return (*_place(_fixed(d, card, kv, kv_areas, align), 0, align), per_row)
 
 
