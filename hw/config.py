@@ -72,7 +72,10 @@ class ArchConfig:
     ring_link_gbps: float
     """One ring link's payload bandwidth, after framing overhead."""
     queue_depth: int
-    """Instructions waiting per unit queue before the decoder stalls."""
+    """Instructions waiting per unit queue before the decoder stalls. The scoreboard holds queue_depth + 1
+    footprints per unit and compares each new instruction with all of them, so its logic grows with it; at u280
+    the modeled decode and prompt times of 345M (1 card) and 1.5B (4 cards) are the same at 4 as at 16, and 2 costs
+    3 % (docs/architecture.md)."""
     # --- HBM pseudo-channels (docs/cycle-model.md "HBM", with the sources of each figure) -----------------
     hbm_interleave_words: int = 128
     """Interleave granule of the ISA's HBM address map: granule g = a // hbm_interleave_words of word address a
@@ -276,7 +279,7 @@ PRESETS: dict[str, ArchConfig] = {
         name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
         abuf_words=1 << 21, wbuf_words=1 << 22, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
-        host_link_gbps=12.0, launch_overhead_us=30.0, ring_link_gbps=12.1, queue_depth=16),
+        host_link_gbps=12.0, launch_overhead_us=30.0, ring_link_gbps=12.1, queue_depth=4),
 }
 
 

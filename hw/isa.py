@@ -274,9 +274,10 @@ OPCODES: dict[Opcode, OpSpec] = {
                           "dst[dst + r*dst_stride + j] = fp16(acc), then GELU when the gelu flag is set "
                           "(numerics.matmul: exact products, mac_width-wide block-aligned tile sums, tile accumulation). "
                           "The weight operand is column-major: column j is k contiguous words. src2 and src2_stride are "
-                          "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED)",
+                          "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED). "
+                          "The bias is a weight: in WBUF",
                           {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
-                           "aux": (Space.NONE, Space.ABUF, Space.WBUF)},
+                           "aux": (Space.NONE, Space.WBUF)},
                           ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride"), flags=("gelu",)),
     Opcode.MASKED_QK: OpSpec(Unit.MATRIX, "attention scores with causal mask, and each row's maximum",
                              "for r < rows, j < n: dst[dst + r*dst_stride + j] = -Inf if j > pos + r else "

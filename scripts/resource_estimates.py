@@ -30,18 +30,18 @@ import time
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw.arith.accumulator import TileAccumulator
-from ringgpt.hw.arith.fp16_mul import FP16Multiplier
+from ringgpt.hw.arith.fp16_mul import FP16MulCore, FP16Multiplier
 from ringgpt.hw.arith.fp32_add import FP32AddCore, FP32Adder
 from ringgpt.hw.arith.fp32_mul import FP32IntMultiplier
-from ringgpt.hw.arith.mac_tree import MacTree
-from ringgpt.hw.arith.max_tree import MaxTree
-from ringgpt.hw.arith.special import SpecialFunction
-from ringgpt.hw.arith.to_fp16 import ToFP16
+from ringgpt.hw.arith.mac_tree import MacTree, MacTreeCore
+from ringgpt.hw.arith.max_tree import MaxTree, MaxTreeCore
+from ringgpt.hw.arith.special import SpecialFunction, SpecialFunctionCore
+from ringgpt.hw.arith.to_fp16 import ToFP16, ToFP16Core
 from ringgpt.hw.config import PRESETS, get_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,20 +135,21 @@ def _add(total: dict, part: dict, times: float = 1) -> dict:
 
 def unit_parts(cfg) -> dict:
     """The arithmetic parts of the matrix and vector units of `cfg`: unit -> [(part name, constructor, count)]
-    (hw/core/matrix.py and vector.py instantiate exactly these)."""
+    (hw/core/matrix.py and vector.py instantiate exactly these free-running cores, no stream FIFOs)."""
     from ringgpt.hw.core.matrix import MatrixUnit
     from ringgpt.hw.core.vector import VectorUnit
     L, W, V = cfg.mpu_lanes, cfg.mac_width, cfg.vector_width
     ctx = 2 * FP32AddCore.latency - 1
-    matrix = [(f"MacTree({W})", lambda: MacTree(W), L), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), L),
-              ("FP16Multiplier", FP16Multiplier, L), ("FP32Adder", FP32Adder, L), ("ToFP16", ToFP16, L),
-              ("SpecialFunction(gelu)", lambda: SpecialFunction("gelu"), L)]
+    matrix = [(f"MacTreeCore({W})", lambda: MacTreeCore(W), L), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), L),
+              ("FP16MulCore", FP16MulCore, L), ("FP32AddCore", FP32AddCore, L), ("ToFP16Core", ToFP16Core, L),
+              ("SpecialFunctionCore(gelu)", lambda: SpecialFunctionCore("gelu"), L)]
     if L >= 2:
-        matrix.append((f"MaxTree({L})", lambda: MaxTree(L), 1))
-    vector = [("FP16Multiplier", FP16Multiplier, 2 * V), ("FP32Adder", FP32Adder, V), ("ToFP16", ToFP16, V + 1),
-              *[(f"SpecialFunction({fn})", lambda fn=fn: SpecialFunction(fn), V) for fn in ("exp", "recip", "rsqrt", "gelu")],
-              (f"MacTree({V})", lambda: MacTree(V), 1), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), 1),
-              (f"MaxTree({V})", lambda: MaxTree(V), 1)]
+        matrix.append((f"MaxTreeCore({L})", lambda: MaxTreeCore(L), 1))
+    vector = [("FP16MulCore", FP16MulCore, 2 * V), ("FP32AddCore", FP32AddCore, V), ("ToFP16Core", ToFP16Core, V + 1),
+              *[(f"SpecialFunctionCore({fn})", lambda fn=fn: SpecialFunctionCore(fn), V)
+                for fn in ("exp", "recip", "rsqrt", "gelu")],
+              (f"MacTreeCore({V})", lambda: MacTreeCore(V), 1), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), 1),
+              (f"MaxTreeCore({V})", lambda: MaxTreeCore(V), 1)]
     return {"matrix": (MatrixUnit, matrix), "vector": (VectorUnit, vector)}
 
 
@@ -242,19 +243,26 @@ SELECT_BITS = 64
 def port_parts(cfg) -> dict:
     """The parts of the buffers' port logic at `cfg`, as hw/core/buffers.py writes them, to be measured on their own:
     part name -> constructor. `select(n)`: buffers.select among n values of SELECT_BITS bits (a memory's row for
-    a read requester, a memory's write among its candidates); `read shift(chunk, words)`: buffers.words_at, a read's
+    a read requester, a memory's write among its candidates); `kept select(banks)`: a tile lane's row, the memories'
+    rows selected or the row it kept (Yosys folds the 2:1 choice into the select's mux tree); `read shift(chunk, words)`: buffers.words_at, a read's
     words out of its two chunk rows; `write shift(chunk, words)`: buffers.placed, a shared write's words into two chunks."""
     from ringgpt.hw.core.buffers import placed, select, words_at
     from ringgpt.hw.core.interfaces import WORD
     chunk, banks = cfg.buffer_chunk_words, cfg.buffer_banks
     offset, groups = range(chunk), group_requesters(cfg).values()
     counts = {banks, cfg.hbm_channels + 1, *(_candidates(kinds, chunk) for kinds in groups),
+              *(n for kinds in groups for n in (_unit_writers(kinds)["row"], _unit_writers(kinds)["shared"])),
               *(chunk // w for kinds in groups for (what, w) in kinds if what == "aligned tile lane")}
     words = {w for kinds in groups for (_, w) in kinds}
     parts = {f"select({n})": lambda n=n: _Registered(
         {"index": range(n), "values": n * SELECT_BITS},
         lambda c, n=n: select(c.index, [c.values[i * SELECT_BITS:(i + 1) * SELECT_BITS] for i in range(n)]),
         SELECT_BITS) for n in sorted(counts) if n > 1}
+    # a tile lane's row: the memories' rows selected behind a 2:1 choice with the row it kept (_tile_serve)
+    parts[f"kept select({banks})"] = lambda: _Registered(
+        {"index": range(banks), "values": (banks + 1) * SELECT_BITS, "arrived": 1},
+        lambda c: Mux(c.arrived, select(c.index, [c.values[i * SELECT_BITS:(i + 1) * SELECT_BITS] for i in range(banks)]),
+                      c.values[banks * SELECT_BITS:]), SELECT_BITS)
     for w in sorted(w for w in words if w <= chunk):
         parts[f"read shift({chunk}, {w})"] = lambda w=w: _Registered({"window": 2 * chunk * WORD, "offset": offset},
                                                             lambda c, w=w: words_at(c.window, c.offset, w), w * WORD)
@@ -264,10 +272,19 @@ def port_parts(cfg) -> dict:
 
 
 def _candidates(kinds: dict, chunk: int) -> int:
-    """Rows each memory of a buffer chooses its write among (hw/core/buffers.py, `_writes`): one per chunk of a
-    RowWritePort, one per BankWritePort, two per SharedWritePort (`kinds`: a buffer's group_requesters)."""
-    per = {"shared write": lambda words: 2, "row write": lambda words: words // chunk, "bank write": lambda words: 1}
-    return sum(per[what](words) * count for (what, words), count in kinds.items() if what in per)
+    """Rows each memory of a buffer chooses its write among (hw/core/buffers.py, `_writes`): the unit write's two
+    chunks (when the buffer has RowWritePorts or SharedWritePorts) and one per BankWritePort (`kinds`: a buffer's
+    group_requesters)."""
+    unit = any(what in ("row write", "shared write") for what, _ in kinds)
+    return 2 * unit + sum(count for (what, _), count in kinds.items() if what == "bank write")
+
+
+def _unit_writers(kinds: dict) -> dict:
+    """The requesters of a buffer's unit write (hw/core/buffers.py, `_unit_write`): 'row' and 'shared' -> how
+    many, 'words' -> the widest shared write's words."""
+    count = lambda kind: sum(n for (what, _), n in kinds.items() if what == kind)      # noqa: E731
+    return {"row": count("row write"), "shared": count("shared write"),
+            "words": max([w for (what, w) in kinds if what == "shared write"], default=0)}
 
 
 def port_logic(cfg, measure) -> dict:
@@ -277,12 +294,14 @@ def port_logic(cfg, measure) -> dict:
 
     * each read requester (a tile lane, a shared read) selects each of its two chunk rows among the `banks`
       memories' rows (`select(banks)` a bit) and takes its words out of them (`read shift`); a tile lane keeps
-      its two rows in registers, behind a 2:1 choice (one LUT a bit) between the row arriving and the row kept;
+      its two rows in registers, each row the one arriving or the one kept (`kept select(banks)` a bit);
       an aligned tile lane (the matrix unit's WBUF weights) one row, its words one of the row's chunk // words
       slots (`select(chunk // words)`, none at u280), no shift;
-    * each shared write moves its words into a window of two chunks (`write shift`);
+    * the unit write: the shared write chosen (`select(shared writes)` of its address, words and mask) moved into a
+      window of two chunks (`write shift` of the widest), the row write chosen (`select(row writes)`), and a 2:1
+      choice (one LUT a bit) between the two;
     * each memory selects the row, word enables and row address it writes among the write group's candidates
-      (`select(candidates)` a bit): one row per chunk of a RowWritePort, one per BankWritePort, two per shared write;
+      (`select(candidates)` a bit): the unit write's two chunks and one row per BankWritePort;
     * and the DMA's crossbar (`DMAUnit._row_writes`, for both buffers): each memory selects the row, word enables
       and row address (ADDRESS_BITS) of one of the AXI ports' engines.
 
@@ -308,21 +327,26 @@ def port_logic(cfg, measure) -> dict:
         row_bits = chunk * WORD + chunk + (-(-words_of_buffer // chunk // banks)).bit_length()
         total, flops = {}, 0
         for (what, words), count in kinds.items():
-            if what == "tile lane":           # two rows, each behind a 2:1 choice (one LUT a bit), and a shift
-                lane = plus(select_bits(banks, 2 * chunk * WORD), {"LUT": 2 * chunk * WORD},
+            if what == "tile lane":           # two rows, each selected or kept, and a shift
+                lane = plus(part(f"kept select({banks})", 2 * chunk * WORD / SELECT_BITS),
                             part(f"read shift({chunk}, {words})"))
                 flops += count * 2 * chunk * WORD
             elif what == "aligned tile lane":     # one row, its words one of chunk // words slots
-                lane = plus(select_bits(banks, chunk * WORD), {"LUT": chunk * WORD},
+                lane = plus(part(f"kept select({banks})", chunk * WORD / SELECT_BITS),
                             select_bits(chunk // words, words * WORD))
                 flops += count * chunk * WORD
             elif what == "shared read":
                 lane = plus(select_bits(banks, 2 * chunk * WORD), part(f"read shift({chunk}, {words})"))
-            elif what == "shared write":
-                lane = part(f"write shift({chunk}, {words})")
             else:
                 continue
             total = plus(total, plus(lane, times=count))
+        writers = _unit_writers(kinds)
+        if writers["shared"]:      # the shared write chosen (address, words, mask), shifted once
+            total = plus(total, select_bits(writers["shared"], ADDRESS_BITS + chunk * WORD + chunk),
+                         part(f"write shift({chunk}, {writers['words']})"))
+        window_bits = ADDRESS_BITS + 2 * chunk * WORD + 2 * chunk
+        total = plus(total, select_bits(writers["row"], window_bits),   # the row write chosen, then row or shared
+                     {"LUT": window_bits} if writers["row"] and writers["shared"] else {})
         total = plus(total, select_bits(_candidates(kinds, chunk), banks * row_bits))
         out[name] = {**{key: round(value) for key, value in total.items()}, "FF": flops, "DSP": 0, "BRAM36": 0,
                      "URAM": 0}
@@ -399,13 +423,11 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     from ringgpt.hw.core.scoreboard import Scoreboard
     for cls in (Router, Fetch):      # synthesised whole at the target's widths
         rows[f"{cls.__name__} (whole)"] = _add({}, synth(f"{cls.__name__}({target.name})", lambda cls=cls: cls(target)))
-    # The controller's scoreboard at the target's queue depth is hours of Yosys (at sim-small 7 minutes): it has an
-    # entry (a footprint of 5 ranges and their comparisons, no width of the config's) per queued instruction of
-    # each unit, so it is synthesised at sim-small and scaled by the entries. The rest of the controller (its
-    # registers, decode and queues) is not counted.
-    scale = (target.queue_depth + 1) / (small.queue_depth + 1)
-    rows["Scoreboard (sim-small, scaled to the entries)"] = _add(
-        {}, synth("Scoreboard(sim-small)", lambda: Scoreboard(small)), scale)
+    # The controller's scoreboard, synthesised whole at the target's queue depth (it has an entry, a footprint of 5
+    # ranges and their comparisons, per queued instruction of each unit, and no width of the config's: 5 entries a
+    # unit at u280, a few minutes of Yosys; 17 were hours). The rest of the controller (its registers, decode and
+    # queues) is not counted.
+    rows["Scoreboard (whole)"] = _add({}, synth(f"Scoreboard({target.name})", lambda: Scoreboard(target)))
     buffers = buffer_estimate(target)
     ports = port_logic(target, synth)
     for name, b in buffers.items():

@@ -75,7 +75,7 @@ def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     words at src1 + row * src1_stride + t * mac_width, unless the beat issued before it had the same: `_x_reads`)
     and, at a pair's last tile, the MATMUL's bias (mpu_lanes words at aux + g * mpu_lanes, in aux's buffer), and
     takes the slower buffer's tile_read_cycles. A MASKED_QK also writes each row's maximum (aux) beside its
-    results (dst), through ABUF's one write port per memory: where the two meet in one memory in one cycle, the
+    results (dst), through ABUF's one unit write a cycle (hw/core/buffers.py): where the two fall in one cycle, the
     second waits a cycle (`_write_cycles`). The unit is frozen for every cycle either needs beyond one."""
     has_bias = r.op is Opcode.MATMUL and r.aux[0] is not Space.NONE
     lanes = {"weights": (r.src2[0], r.src2[1], r.src2_stride), "bias": (r.aux[0], r.aux[1], 0) if has_bias else None}
@@ -87,21 +87,18 @@ def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
         if mine:
             down = _periods_below([lanes[name][1] for name in mine], cfg)
             lanes.update({name: (space, lanes[name][1] - down, lanes[name][2]) for name in mine})
-    writes = None
-    if r.op is Opcode.MASKED_QK:                # the results and the row maxima, moved down together
-        down = _periods_below([r.dst[1], r.aux[1]], cfg)
-        writes = (r.dst[1] - down, r.dst_stride, r.aux[1] - down, r.aux_stride)
-    per_row = not shares and writes is None
+    writes = r.op is Opcode.MASKED_QK          # the results and the row maxima
+    per_row = not shares and not writes
     stalls = _matrix_stalls(lanes["weights"], lanes["x"], lanes["bias"], writes, 1 if per_row else r.rows, r.n,
                             r.k, cfg)
     return r.rows * stalls if per_row else stalls
 
 
 @functools.lru_cache(maxsize=4096)
-def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, writes: tuple | None, rows: int, n: int,
+def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, writes: bool, rows: int, n: int,
                    k: int, cfg: ArchConfig) -> int:
-    """matrix_stall_cycles of `rows` rows, the lanes given as (space, address, stride), a MASKED_QK's writes as
-    (dst, dst_stride, aux, aux_stride)."""
+    """matrix_stall_cycles of `rows` rows, the lanes given as (space, address, stride); `writes`: a MASKED_QK's
+    results and row maxima."""
     from ringgpt.hw.core.buffers import tile_read_cycles
     L, W = cfg.mpu_lanes, cfg.mac_width
     groups, tiles = _ceil_div(n, L), _ceil_div(k, W)
@@ -126,12 +123,12 @@ def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, writes: 
         if starts:
             cycles = np.maximum(cycles, tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1),
                                                          np.array(words), cfg.buffer_chunk_words, cfg.buffer_banks))
-    if writes is None:
+    if not writes:
         return int((cycles - 1).sum())
     issued = _beat_times(rows * groups, tiles, cfg)           # each beat's cycle, the unit never frozen
     need = np.ones(int(issued.max()) + 1, np.int64)
     need[issued.ravel()] = cycles.reshape(rows * groups, tiles).ravel()
-    write_need = _write_cycles(issued[:, -1], rows, groups, writes, cfg)
+    write_need = _write_cycles(issued[:, -1], rows, groups, cfg)
     size = max(len(need), len(write_need))
     need, write_need = (np.pad(a, (0, size - len(a)), constant_values=1) for a in (need, write_need))
     return int((np.maximum(need, write_need) - 1).sum())
@@ -152,25 +149,15 @@ def _beat_times(pairs: int, tiles: int, cfg: ArchConfig) -> np.ndarray:
     return issued
 
 
-def _write_cycles(last_beats: np.ndarray, rows: int, groups: int, writes: tuple, cfg: ArchConfig) -> np.ndarray:
-    """Cycles a MASKED_QK's writes need at each cycle (from its first beat): pair p's results (mpu_lanes words at
-    dst + row * dst_stride + g * mpu_lanes, claiming the memories of their window) `latency` after its last beat,
-    row r's maximum (one word at aux + r * aux_stride) `row_max` after its last pair's results; 2 where the two
-    meet in one memory, else 1."""
+def _write_cycles(last_beats: np.ndarray, rows: int, groups: int, cfg: ArchConfig) -> np.ndarray:
+    """Cycles a MASKED_QK's writes need at each cycle (from its first beat): pair p's results `latency` after its
+    last beat, row r's maximum `row_max` after its last pair's results; 2 where the two fall in one cycle (ABUF
+    takes one unit write a cycle), else 1."""
     timing = unit_timing(cfg)["matrix"]
-    C, P, L = cfg.buffer_chunk_words, cfg.buffer_banks, cfg.mpu_lanes
-    dst, dst_stride, aux, aux_stride = writes
-    pair = np.arange(rows * groups)
-    start = dst + (pair // groups) * dst_stride + (pair % groups) * L
     results = last_beats + timing["latency"]
     maxima = results[np.arange(rows) * groups + groups - 1] + timing["row_max"]
     need = np.ones(int(max(results.max(), maxima.max())) + 1, np.int64)
-    first = np.full(len(need), -1, np.int64)
-    second = np.full(len(need), -1, np.int64)
-    first[results] = (start // C) % P
-    second[results] = np.where(start % C + L > C, (start // C + 1) % P, -1)
-    memory = ((aux + np.arange(rows) * aux_stride) // C) % P
-    need[maxima[(first[maxima] == memory) | (second[maxima] == memory)]] = 2
+    need[maxima[np.isin(maxima, results)]] = 2
     return need
 
 

@@ -457,7 +457,7 @@ def test_a_damaged_cache_entry_is_named_moved_aside_and_rebuilt(kind, tiny_model
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 VALID_TEXT = isa.disassemble([
     isa.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=8 dst_stride=8 src1_stride=8"),
-    isa.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=ABUF[9] rows=r2 n=16 k=64 +gelu"),
+    isa.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=r2 n=16 k=64 +gelu"),
     isa.parse_instruction("VADD dst=ABUF[1] src1=ABUF[2] src2=IMM[0x3c00] rows=4 n=r5"),
     isa.parse_instruction("SETI rd=r3 imm=-5"), isa.parse_instruction("HALT")])
 VALID_WORDS = [i.encode() for i in isa.assemble(VALID_TEXT)]

@@ -127,6 +127,14 @@ def test_operand_space_not_allowed():
         decode(word)
 
 
+def test_matmul_bias_is_a_weight_in_wbuf():
+    """The matrix unit reads a MATMUL's bias through WBUF's tile port only (hw/core/matrix.py)."""
+    legal = isa.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=1 n=16 k=64").encode()
+    word = legal ^ ((Space.WBUF.value ^ Space.ABUF.value) << _field_offset("aux.space"))
+    with pytest.raises(IllegalInstructionError, match=r"field 'aux.space': MATMUL takes NONE/WBUF here, not ABUF"):
+        decode(word)
+
+
 def test_unused_field_must_be_zero():
     word = Instruction.make(Opcode.HALT).encode() | (5 << _field_offset("k.imm"))
     with pytest.raises(IllegalInstructionError, match=r"field 'k': HALT does not use this field"):

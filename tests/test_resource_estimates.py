@@ -8,12 +8,12 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     # (ABUF 2 M words: 1,928 rows; WBUF 4 M: 3,856 rows of the URAM's 4,096)
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
                                                                                       "WBUF": (255, 3856)}
-    # ABUF: the tile ports of the matrix unit (weights, x, bias) and the vector unit (its 3 operands) and the
-    # SharedReadPorts of the on-chip DMA, the 33 engines' one store read and the router, all one read port per
-    # memory; WBUF: the matrix unit's tile port
+    # ABUF: the tile ports of the matrix unit (weights, x) and the vector unit (its 3 operands) and the
+    # SharedReadPorts of the DMA (its on-chip copies' and the 33 engines' STOREs' one read) and the router, all one
+    # read port per memory; WBUF: the matrix unit's tile port
     assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (1, 1)
-    assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 5: " + ", ".join(sorted(
-        ["dma.abuf_src", "dma.abuf_store", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]))]
+    assert buffers["ABUF"]["read_ports"] == ["TileReadPort and SharedReadPort group of 4: " + ", ".join(sorted(
+        ["dma.abuf_src", "matrix.abuf_tiles", "vector.abuf_src", "router.abuf_src"]))]
     # every write of the core one write port per memory: ABUF's the on-chip DMA's rows, the engines' crossbar and
     # the matrix unit's results and row maxima, the vector unit's, the router's; WBUF's the DMA's rows
     assert buffers["ABUF"]["write_ports"] == ["RowWritePort and BankWritePort and SharedWritePort group of 6: " + ", ".join(
@@ -26,14 +26,16 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
 def test_port_logic_is_composed_of_its_measured_parts(load_script):
     script = load_script("resource_estimates")
     cfg = get_config("u280")
-    # each part's LUTs stand in for Yosys's: select(n) n LUTs a bit (of SELECT_BITS), a read shift 1,000, a write
-    # shift 3,000
+    # each part's LUTs stand in for Yosys's: select(n) n LUTs a bit (of SELECT_BITS), kept select(n) n + 1, a read
+    # shift 1,000, a write shift 3,000
     asked = []
 
     def measure(name, build):
         asked.append(name)
         if name.startswith("select("):
             return {"LUT": int(name[7:-1]) * script.SELECT_BITS}
+        if name.startswith("kept select("):        # the memories' rows and the kept one
+            return {"LUT": (int(name[12:-1]) + 1) * script.SELECT_BITS}
         return {"LUT": 1000 if name.startswith("read shift") else 3000}
 
     ports = script.port_logic(cfg, measure)
@@ -41,23 +43,26 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
     # two-row port and the engines' crossbar (3 candidate rows)
     assert ports["requesters"]["WBUF"] == {"aligned tile lane of 64": 16, "tile lane of 64": 1, "row write of 128": 1,
                                            "bank write of 64": 1}
-    # a lane: each of its two 1,024-bit rows selected among 17 memories and behind a 2:1 choice with the kept row,
+    # a lane: each of its two 1,024-bit rows selected among 17 memories or the kept row,
     # its words shifted out; an aligned lane: one row, no shift (its 64 words are the row); each of 17 memories
     # selects its row (1,024 bits, 64 enables, 12 row bits) among 3
     lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
     assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 3
     assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 1024
-    # ABUF: the matrix unit's 16 aligned key/V^T lanes, 5 tile lanes, 3 shared reads (their 2,048-bit pairs of rows),
-    # 4 shared writes (8 candidates), the on-chip DMA's two rows and the crossbar's one (11 candidates) to choose among
-    assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 32"] == 1
+    # ABUF: the matrix unit's 16 aligned key/V^T lanes, 4 tile lanes (its x lane, the vector unit's 3), 2 shared
+    # reads (the DMA's, the router's: their 2,048-bit pairs of rows);
+    # the unit write: one of 4 shared writes (a 32-bit address, 64 words and 64 mask bits) shifted once, or the
+    # on-chip DMA's two rows (2:1 over a chunk number and two rows with their enables); each of 17 memories selects
+    # its row among the unit write's two and the crossbar's one (3 candidates)
+    assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 64"] == 2
     assert ports["requesters"]["ABUF"]["aligned tile lane of 64"] == 16
-    assert ports["ABUF"]["LUT"] == 16 * aligned + 5 * lane + 3 * (2 * 1024 * 17 + 1000) + 4 * 3000 \
-        + 17 * (1024 + 64 + 11) * 11
+    assert ports["ABUF"]["LUT"] == 16 * aligned + 4 * lane + 2 * (2 * 1024 * 17 + 1000) + 4 * (32 + 1024 + 64) + 3000 \
+        + (32 + 2048 + 128) + 17 * (1024 + 64 + 11) * 3
     # the DMA's crossbar for both buffers: each of 17 memories selects a row, its enables and a 32-bit row address
     # among the 33 AXI ports' engines
     assert ports["crossbar"]["LUT"] == 17 * (1024 + 64 + 32) * 33
-    assert {"select(17)", "select(3)", "select(11)", "select(33)", "read shift(64, 64)",
-            "write shift(64, 16)"} <= set(asked)
+    assert {"select(17)", "select(3)", "select(4)", "select(33)", "read shift(64, 64)",
+            "write shift(64, 64)"} <= set(asked)
 
 
 def test_port_parts_are_the_buffers_own_logic(load_script):

@@ -203,13 +203,25 @@ def _granted(touches: list, urgent: list) -> list:
     return ready
 
 
+def _write_granted(lane_touches: list, lane_urgent: list, unit_touches: list, unit_asks: list, unit_urgent: list):
+    """The write group's grants: the row and shared writes (`unit_*`, in order) take turns for the one unit write,
+    the first asking (the urgent ones first) chosen, then the engine rows (`lane_*`) and the unit write are granted as
+    `_granted` says, the unit write last. Returns the lanes' ready and the unit writes' (not asking: ready)."""
+    pool = [k for k, ask in enumerate(unit_asks) if ask and unit_urgent[k]] or [k for k, ask in enumerate(unit_asks) if ask]
+    chosen = pool[0] if pool else None
+    ready = _granted(lane_touches + [unit_touches[chosen] if pool else set()],
+                     lane_urgent + [bool(pool) and unit_urgent[chosen]])
+    return ready[:-1], [not ask or (k == chosen and ready[-1]) for k, ask in enumerate(unit_asks)]
+
+
 @pytest.mark.parametrize("banks", [2, 5])
 def test_shared_ports_grant_in_priority_order(banks):
     """Three SharedReadPorts, and three RowWritePorts (of two, one and two chunks), a BankWritePort (a row per
-    memory, each its own requester) and two SharedWritePorts after them, over one read and one
-    write port per memory: random requests (often several on one memory; a shared write claims its whole
-    window, mask or not), some urgent, against a word array; `ready` is exactly the grant
-    (no requester granted before it, urgent ones first, on one of the memories it touches), every granted read returns its
+    memory, each its own requester) and two SharedWritePorts, over one read and one write port per memory: random
+    requests (often several on one memory; a shared write claims its whole window, mask or not), some urgent,
+    against a word array; `ready` is exactly the grant (reads: no requester granted before it, urgent ones first,
+    on one of the memories it touches; writes: the row and shared writes take turns for one unit write, granted
+    after the engine rows, `_write_granted`), every granted read returns its
     words the cycle after, every granted row write lands (word enables, both chunks, nothing past the end) and
     nothing else does; every word is read back at the end. Fails if a memory served the wrong requester or row,
     a chunk were placed in the wrong memory, or an ungranted write landed (each was checked by breaking it)."""
@@ -238,7 +250,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                 reads[name] = addr
                 read_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}}
                                   if en else set())
-            write_touch, writes = [], {}
+            write_touch, writes, unit_asks = [], {}, {}
             for name, rows in ROW_WRITES.items():
                 port, en = getattr(buf, name), bool(rng.random() < 0.8 and cycle > 3)
                 first = (hot + int(rng.integers(-1, 2))) % chunks if rng.random() < 0.6 else \
@@ -247,6 +259,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                     [(1 << chunk) - 1, ((1 << chunk) - 1) << chunk, 0][int(rng.integers(3))] & ((1 << rows * chunk) - 1)
                 values = [int(v) for v in rng.integers(0, 1 << 16, rows * chunk)]
                 ctx.set(port.en, en)
+                unit_asks[name] = en
                 ctx.set(port.first, first)
                 ctx.set(port.mask, mask)
                 ctx.set(port.data, values)
@@ -275,6 +288,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                 mask = int(rng.integers(0, 1 << width))
                 values = [int(v) for v in rng.integers(0, 1 << 16, width)]
                 ctx.set(port.en, en)
+                unit_asks[name] = en
                 ctx.set(port.addr, addr)
                 ctx.set(port.mask, mask)
                 ctx.set(port.data, values)
@@ -286,12 +300,18 @@ def test_shared_ports_grant_in_priority_order(banks):
                     ctx.set(getattr(buf, name).urgent, value)
             ctx.set(buf.bank_write.urgent, sum(urgent[name] << b for b, name in enumerate(lanes)))
             read_ready = _granted(read_touch, [urgent[name] for name in SHARED_READS])
-            write_ready = _granted(write_touch, [urgent[name] for name in write_names])
-            lane_ready = ctx.get(buf.bank_write.ready)
+            unit_names = [*ROW_WRITES, *SHARED_WRITES]
+            lane_ready, unit_ready = _write_granted(
+                [write_touch[write_names.index(n)] for n in lanes], [urgent[n] for n in lanes],
+                [write_touch[write_names.index(n)] for n in unit_names], [unit_asks[n] for n in unit_names],
+                [urgent[n] for n in unit_names])
+            write_ready = [lane_ready[lanes.index(n)] if n in lanes else unit_ready[unit_names.index(n)]
+                           for n in write_names]
+            lane_bits = ctx.get(buf.bank_write.ready)
             for kind, names, expected, touches in (("read", SHARED_READS, read_ready, read_touch),
                                                    ("write", write_names, write_ready, write_touch)):
                 for name, ready, touch in zip(names, expected, touches):
-                    got = bool(lane_ready >> lanes.index(name) & 1 if name in lanes else ctx.get(getattr(buf, name).ready))
+                    got = bool(lane_bits >> lanes.index(name) & 1 if name in lanes else ctx.get(getattr(buf, name).ready))
                     if got != ready:
                         wrong.append((cycle, name, "ready", got, ready))
                     if touch:

@@ -21,11 +21,14 @@ payload) and the tile ports of a buffer all share that one read port per memory 
 memory serves first the single read its group grants (the `urgent` ones first: the DMA marks the engines
 behind the leader, the router marks its reads; then in the order listed; `_grants`), else one tile port's
 chunk, the tile ports taking turns each cycle. A requester that is not served holds its request, and a tile
-port keeps the chunks it was already given. The writes share one write port per memory the same way
-(`_writes`): the on-chip DMA's copies (`RowWritePort`, two chunks) first, the DMA engines' LOAD and GATHER rows
-(`BankWritePort`: a row per memory, which the DMA's crossbar chose among its engines for both buffers at once),
-and then the units' writes (`SharedWritePort`: the matrix unit's results and row maxima, the vector unit's, the
-router's), the urgent ones first. A plain `ReadPort` or
+port keeps the chunks it was already given. The writes share one write port per memory (`_writes`): the DMA
+engines' LOAD and GATHER rows (`BankWritePort`: a row per memory, which the DMA's crossbar chose among its engines
+for both buffers at once) and one *unit write* a cycle (`_unit_write`), which the on-chip DMA's copies
+(`RowWritePort`, two chunks) and the units' writes (`SharedWritePort`: the matrix unit's results and row maxima,
+the vector unit's, the router's) take in turn, the urgent ones first, each class in the order listed; the unit
+write then waits for the memories an urgent engine row took. So each memory chooses its row among three (its
+engine row and the unit write's two chunks), where a choice among every writer's chunks took 11 at u280 (twice
+the LUTs; docs/rtl-core.md, "Resources"); the cost is that two units' writes in one cycle take two. A plain `ReadPort` or
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
@@ -78,6 +81,14 @@ def one_hot_index(bits) -> Value:
     bits = Value.cast(bits)
     width = max(1, (len(bits) - 1).bit_length())
     return Cat(*(Cat(*(bits[k] for k in range(len(bits)) if k >> i & 1)).any() for i in range(width)))
+
+
+def urgent_first(m: Module, asks, urgent, *, name: str) -> Signal:
+    """One-hot: the lowest-numbered of `asks` that is `urgent`, else the lowest-numbered of `asks` (none: 0)."""
+    asks, urgent = Value.cast(asks), Value.cast(urgent)
+    pool, chosen = Signal(len(asks), name=f"{name}_pool"), Signal(len(asks), name=f"{name}_chosen")
+    m.d.comb += [pool.eq(Mux((asks & urgent).any(), asks & urgent, asks)), chosen.eq(pool & (~pool + 1))]
+    return chosen
 
 
 def words_at(window, offset, words: int) -> Value:
@@ -226,15 +237,17 @@ class BankedBuffer(wiring.Component):
         return readies
 
     def _writes(self, m: Module, mems: list):
-        """One write port per memory for the RowWritePorts, the BankWritePorts and the SharedWritePorts (in that
-        order; `_grants`; their requests `_chunk_write`, `_bank_writes`): each memory writes the row (and word
-        enables) of the granted requester whose first or second chunk lies in it."""
+        """One write port per memory for the BankWritePorts and the buffer's one unit write (`_unit_write`: the
+        RowWritePorts and SharedWritePorts take turns for it), in that order (`_grants`): each memory writes the
+        row (and word enables) of the granted requester whose chunk lies in it, so it chooses among three rows:
+        its BankWritePort row and the unit write's two chunks."""
         if not (self.row_writes or self.bank_writes or self.shared_writes):
             return
         P = self.banks
-        requests = [*(r for name in self.row_writes for r in self._chunk_write(m, name)),
-                    *(r for name in self.bank_writes for r in self._bank_writes(m, name)),
-                    *(r for name in self.shared_writes for r in self._chunk_write(m, name))]
+        requests = [*(r for name in self.bank_writes for r in self._bank_writes(m, name))]
+        unit = self._unit_write(m) if self.row_writes or self.shared_writes else None
+        if unit is not None:
+            requests.append(unit)
         readies = self._grants(m, [touch for _, _, touch, _ in requests], [urgent for *_, urgent in requests],
                                name="write")
         for (ready_port, *_), ready in zip(requests, readies):
@@ -254,36 +267,63 @@ class BankedBuffer(wiring.Component):
                          wp.data.eq(select(index, [c[2] for c in candidates])),
                          wp.en.eq(Mux(mine.any(), select(index, [c[3] for c in candidates]), 0))]
 
-    def _chunk_write(self, m: Module, name: str) -> list:
-        """The write request of a RowWritePort or SharedWritePort: [(its ready, its one or two chunks' (memory, row,
-        row data, word enables, inside the buffer), the memories it claims, urgent)]. A shared write's words are
-        shifted into the two chunks of its address, and it claims both when its window runs past the first."""
+    def _unit_write(self, m: Module) -> tuple:
+        """The buffer's one unit write a cycle, taken in turn by the RowWritePorts and SharedWritePorts: the first
+        asking of them, the urgent ones first, each class in the order listed (`urgent_first`), is chosen, and
+        its `ready` is the unit write's grant (the others asking wait; one not asking is ready). A shared write's
+        words are shifted into the two chunks of its address (one shift for them all), and it claims both when
+        its window runs past the first; a row write claims the chunks its mask writes. Returns the request as
+        `_bank_writes`' are: (ready, its two chunks' (memory, row, row data, word enables, inside the buffer), the
+        memories it claims, urgent)."""
         C, lc, P = self.chunk, _log2(self.chunk), self.banks
-        port = getattr(self, name)
-        first, bank, row = (Signal(ADDRESS, name=f"{name}_{what}") for what in ("chunk", "bank", "row"))
-        if name in self.shared_writes:
-            offset = port.addr[:lc] if lc else 0
-            window = Signal(2 * C * WORD, name=f"{name}_window")
-            enables = Signal(2 * C, name=f"{name}_enables")
-            m.d.comb += [first.eq(port.addr >> lc), window.eq(placed(port.data.as_value(), offset)),
-                         enables.eq(port.mask << offset)]
-            claims = (1, offset + self.shared_writes[name] > C)
-        else:
-            window, enables = port.data.as_value(), port.mask
-            m.d.comb += first.eq(port.first)
-            claims = (enables[:C] != 0, enables[C:] != 0)[:self.row_writes[name]]
+        rows, shared = list(self.row_writes), list(self.shared_writes)
+        ports = [getattr(self, name) for name in rows + shared]
+        asks, urgent = Cat(*(p.en for p in ports)), Cat(*(p.urgent for p in ports))
+        chosen = urgent_first(m, asks, urgent, name="unit_write")
+        index = Signal(range(max(2, len(ports))), name="unit_write_index")
+        ready = Signal(name="unit_write_ready")
+        m.d.comb += index.eq(one_hot_index(chosen))
+        for k, port in enumerate(ports):
+            m.d.comb += port.ready.eq(~port.en | (chosen[k] & ready))
+        first = Signal(ADDRESS, name="unit_write_chunk")
+        window = Signal(2 * C * WORD, name="unit_write_window")
+        enables = Signal(2 * C, name="unit_write_enables")
+        claims = Signal(2, name="unit_write_claims")
+        if shared:
+            ports_s = [getattr(self, name) for name in shared]
+            at = Signal(range(len(shared)), name="shared_write_index") if len(shared) > 1 else 0
+            if len(shared) > 1:
+                m.d.comb += at.eq(index - len(rows))
+            addr = Signal(len(ports_s[0].addr), name="shared_write_addr")
+            m.d.comb += addr.eq(select(at, [p.addr for p in ports_s]))
+            offset = addr[:lc] if lc else 0
+            words = select(at, [p.data.as_value() for p in ports_s])
+            mask = select(at, [p.mask for p in ports_s])
+            runs_past = select(at, [offset + self.shared_writes[name] > C for name in shared])
+            shared_fields = (addr >> lc, placed(words, offset), mask << offset, Cat(Const(1, 1), runs_past))
+        if rows:
+            at = Signal(range(max(2, len(rows))), name="row_write_index")
+            m.d.comb += at.eq(index)
+            row_ports = [getattr(self, name) for name in rows]
+            masks = Signal(2 * C, name="row_write_mask")
+            m.d.comb += masks.eq(select(at, [p.mask for p in row_ports]))
+            row_fields = (select(at, [p.first for p in row_ports]), select(at, [p.data.as_value() for p in row_ports]),
+                          masks, Cat(masks[:C] != 0, masks[C:] != 0))
+        fields = (row_fields if not shared else shared_fields if not rows else
+                  [Mux(index < len(rows), r, s) for r, s in zip(row_fields, shared_fields)])
+        m.d.comb += [first.eq(fields[0]), window.eq(fields[1]), enables.eq(fields[2]), claims.eq(fields[3])]
+        bank, row = Signal(range(P), name="unit_write_bank"), Signal(ADDRESS, name="unit_write_row")
         m.d.comb += [bank.eq(first % P), row.eq(first // P)]
         wraps = bank == P - 1
         halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
-                  (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks)
-                  )[:len(claims)]
-        touch = Signal(P, name=f"{name}_touch")
-        m.d.comb += [touch[b].eq(port.en & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
+                  (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks))
+        touch = Signal(P, name="unit_write_touch")
+        m.d.comb += [touch[b].eq(asks.any() & Cat(*((half[0] == b) & claim for half, claim in zip(halves, claims))).any())
                      for b in range(P)]
-        return [(port.ready, halves, touch, port.urgent)]
+        return ready, halves, touch, (chosen & urgent).any()
 
     def _bank_writes(self, m: Module, name: str) -> list:
-        """The write requests of a BankWritePort, one a memory, as `_chunk_write`'s: memory b's row, a candidate of
+        """The write requests of a BankWritePort, one a memory, as `_unit_write`'s: memory b's row, a candidate of
         memory b alone (its number a constant), inside the buffer when below the rows memory b holds."""
         P, port = self.banks, getattr(self, name)
         out = []

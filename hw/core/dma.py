@@ -12,8 +12,8 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
                ├─▶ GATHER indices from HOST: R beats ─▶ index FIFO ─▶ one table-row job per index
                └─▶ STORE: one ABUF read for all engines, a beat a cycle ─▶ W beats (wstrb for partial beats); B counted
     The engines share one write port per buffer memory through one crossbar for both buffers (a row per memory,
-    BankWritePorts) and one ABUF read (`abuf_store`, a SharedReadPort); the crossbar, the buffers and the store
-    read grant first the engines that moved fewer beats than the leader.
+    BankWritePorts) and the unit's one ABUF read (`abuf_src`, a SharedReadPort, which a STORE has to itself); the
+    crossbar, the buffers and the store read grant first the engines that moved fewer beats than the leader.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
-from .buffers import one_hot_index, select
+from .buffers import one_hot_index, select, urgent_first
 from .transpose import TransposeTile
 from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort,
@@ -41,13 +41,6 @@ INCR = 1
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
-
-
-def _urgent_first(m: Module, asks, urgent, *, name: str) -> Signal:
-    """One-hot: the lowest-numbered of `asks` that is `urgent`, else the lowest-numbered of `asks` (none: 0)."""
-    pool, chosen = Signal(len(asks), name=f"{name}_pool"), Signal(len(asks), name=f"{name}_chosen")
-    m.d.comb += [pool.eq(Mux((asks & urgent).any(), asks & urgent, asks)), chosen.eq(pool & (~pool + 1))]
-    return chosen
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -161,34 +154,33 @@ class PortEngine(wiring.Component):
         m.d.comb += [mask[lane].eq((lane >= lo_off) & (lane < hi_off)) for lane in range(B)]
         return local, lo_off, mask
 
-    def _rows(self, m: Module, stage, rows_taken):
+    def _rows(self, m: Module, stage, row_data, rows_taken):
         """The beat in `stage` merged into whole buffer rows, one row per grant (through `rows`, a RowWritePort of
         one chunk, into the buffer `rows_target`): its lane 0 is at a multiple of the beat within its chunk
-        (`stage.addr`, by the ISA's rule), so its words fill one of the chunk's slots of a beat, unshifted. The
-        chunk is written when the beat fills it up to its last word, or when the job's words do not continue
-        (`stage.ends`), and the grant takes the beat (`rows_taken`); else the words are held and written with the
-        next beat's. So a sequential transfer writes each chunk once, in one grant."""
+        (`stage.addr`, by the ISA's rule), so its words fill one of the chunk's slots of a beat, unshifted; they were
+        registered there (`row_data`, one register a slot, loaded at the R handshake: no multiplexer). The chunk is
+        written when the beat fills it up to its last word, or when the job's words do not continue (`stage.ends`),
+        and the grant takes the beat (`rows_taken`); else the words are held (their mask) and written with the next
+        beat's, which a continuing job puts in the next slot. So a sequential transfer writes each chunk once, in
+        one grant."""
         K, B = self.chunk, self.beat_words
         lk, lb = _log2(K), _log2(B)
-        held = Signal(data.StructLayout({"valid": 1, "data": data.ArrayLayout(WORD, K), "mask": K}))
+        held = Signal(data.StructLayout({"valid": 1, "mask": K}))
         slot = stage.addr[lb:lk] if lk > lb else 0
-        row0, mask0 = Signal(data.ArrayLayout(WORD, K)), Signal(K)
-        for i in range(K):
-            mine = (slot == i // B) & stage.mask[i % B]
-            m.d.comb += [row0[i].eq(Mux(mine, stage.data[i % B], held.data[i])),
-                         mask0[i].eq(mine | (held.valid & held.mask[i]))]
+        mask0 = Signal(K)
+        m.d.comb += [mask0[i].eq(((slot == i // B) & stage.mask[i % B]) | (held.valid & held.mask[i])) for i in range(K)]
         full = ((slot == K // B - 1) & stage.mask[B - 1]) | stage.ends    # the chunk gets no more words
         write = Signal(K)
         m.d.comb += write.eq(Mux(full, mask0, 0))
         writing = stage.valid & (stage.target != Target.STREAM) & ~self.abort
         port = self.rows
         m.d.comb += [self.rows_target.eq(stage.target), port.en.eq(writing & (write != 0)),
-                     port.first.eq(stage.addr >> lk), port.data.eq(row0.as_value()), port.mask.eq(write)]
+                     port.first.eq(stage.addr >> lk), port.data.eq(row_data), port.mask.eq(write)]
         m.d.comb += rows_taken.eq((write == 0) | port.ready)
         with m.If(self.abort):
             m.d.sync += held.valid.eq(0)
         with m.Elif(writing & rows_taken):
-            m.d.sync += [held.valid.eq(~full), held.data.eq(row0), held.mask.eq(mask0)]
+            m.d.sync += [held.valid.eq(~full), held.mask.eq(mask0)]
 
     def elaborate(self, platform):
         m = Module()
@@ -280,16 +272,23 @@ class PortEngine(wiring.Component):
             ends = ends | (r_local[lb:_log2(cfg.hbm_interleave_words)] == (cfg.hbm_interleave_words // B) - 1)
         elif self.channel is not None:
             ends = Const(1)
+        r_addr = Signal(ADDRESS_BITS)
+        m.d.comb += r_addr.eq(self._word_of(r_local) + rhead.delta)
+        K = self.chunk
+        row_data = Signal(data.ArrayLayout(WORD, K))      # the beats of the row being merged, each in its slot
         with m.If(axi.rvalid & axi.rready):
             last = r_index == rhead.beats - 1
             m.d.sync += r_index.eq(Mux(last, 0, r_index + 1))
             m.d.comb += reads.r_en.eq(last)
             m.d.sync += [stage.valid.eq(~r_error & ~self.abort), stage.target.eq(rhead.target),
-                         stage.addr.eq(self._word_of(r_local) + rhead.delta), stage.ends.eq(ends),
+                         stage.addr.eq(r_addr), stage.ends.eq(ends),
                          stage.data.eq(axi.rdata), stage.mask.eq(r_mask), stage.off.eq(r_off)]
+            for s in range(K // B):
+                with m.If((r_addr[lb:_log2(K)] == s) if K > B else 1):
+                    m.d.sync += row_data.as_value()[s * B * WORD:(s + 1) * B * WORD].eq(axi.rdata)
         with m.Elif(taken):
             m.d.sync += stage.valid.eq(0)
-        self._rows(m, stage, rows_taken)
+        self._rows(m, stage, row_data, rows_taken)
         m.d.comb += [self.beats.valid.eq(stage.valid & (stage.target == Target.STREAM) & ~self.abort),
                      self.beats.payload.addr.eq(stage.addr + stage.off), self.beats.payload.data.eq(stage.data),
                      self.beats.payload.mask.eq(stage.mask), self.beats.payload.off.eq(stage.off)]
@@ -336,12 +335,13 @@ class DMAUnit(wiring.Component):
     Outside ports: `hbm0` .. `hbm{C-1}` (C = hbm_channels) and `host`, AXI4 masters of hbm_port_bits
     (hw/core/axi.py), and the inputs `hbm_base` (a byte base per channel: channel c's local word w is at
     hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
-    are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of vector_width words: the on-chip
-    copies' chunks and GATHER's ABUF indices; a step that reads waits for its grant), `abuf_dst`, `wbuf_dst`
-    (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words shifted into two chunk rows,
-    first in their buffer's group and urgent, so never refused), `engines_to_abuf` and `engines_to_wbuf`
-    (BankWritePorts: the engines' rows, one per memory, chosen by one crossbar for both, `_row_writes`), and `abuf_store`
-    (a SharedReadPort of a beat, hbm_port_bits / 16 words: the engines' STORE beats, one a cycle, `_store_reads`).
+    are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of max(vector_width, beat) words, the
+    unit's one ABUF read: the on-chip copies' chunks, GATHER's ABUF indices and, through `_store_reads`, the
+    engines' STORE beats, one a cycle; no instruction needs two of them, and a step that reads waits for its
+    grant), `abuf_dst`, `wbuf_dst` (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words
+    shifted into two chunk rows, the first of their buffer's unit writers and urgent, while the engines write no
+    rows, so never refused), and `engines_to_abuf` and `engines_to_wbuf` (BankWritePorts: the engines' rows, one
+    per memory, chosen by one crossbar for both, `_row_writes`).
 
     How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
     cycle (a row of the off-chip block with the buffer address of its first word), broadcast to the HBM
@@ -395,13 +395,14 @@ class DMAUnit(wiring.Component):
         if cfg.hbm_interleave_words % B:
             raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
         hbm.check_rtl_map(cfg.hbm_channels, cfg.hbm_interleave_words)
-        # the on-chip writes first in each buffer's row-write group and urgent: always granted (see elaborate)
-        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)),
+        # the on-chip writes first of each buffer's unit writers and urgent: always granted (see elaborate)
+        self.read_words = max(P, B)
+        """Words of the unit's one ABUF read: an on-chip copy's chunk, GATHER's index or an engine's STORE beat."""
+        self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(self.read_words)),
                              "abuf_dst": (Space.ABUF, RowWritePort(cfg.buffer_chunk_words)),
                              "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
         self.buffer_ports.update({"engines_to_abuf": (Space.ABUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks)),
                                   "engines_to_wbuf": (Space.WBUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks))})
-        self.buffer_ports["abuf_store"] = (Space.ABUF, SharedReadPort(B))
         super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           **{port: Out(Axi4(cfg.hbm_port_bits)) for port in self.ports},
@@ -500,21 +501,22 @@ class DMAUnit(wiring.Component):
         return max(busiest, jobs) - 1
 
     # --- the unit ------------------------------------------------------------------------------------------------
-    def _store_reads(self, m: Module, engines: list):
-        """The engines' STORE beats through one ABUF read (`abuf_store`): each cycle the first engine asking,
-        those behind the leader (`urgent`) first, is passed to the buffer, and its `ready` is the buffer's grant;
-        the words go to every engine, and the one granted takes them (READ_LATENCY after). One 17:1 row pick for
-        all engines instead of one each; STOREs move one beat per cycle in all (`transfer_cycles`)."""
+    def _store_reads(self, m: Module, engines: list) -> tuple:
+        """The engines' STORE beats through the unit's one ABUF read (`abuf_src`, which a STORE has to itself): each
+        cycle the first engine asking, those behind the leader (`urgent`) first, is passed to the buffer, and its
+        `ready` is the buffer's grant; the words go to every engine, and the one granted takes them (READ_LATENCY
+        after). One 17:1 row pick for all engines instead of one each; STOREs move one beat per cycle in all
+        (`transfer_cycles`). Returns the request: (asking, address, urgent)."""
         reads = [engine.from_abuf for engine in engines]
-        port = self.abuf_store
+        port, B = self.abuf_src, self.beat_words
         asks, urgent = Signal(len(reads)), Signal(len(reads))
         m.d.comb += [asks.eq(Cat(read.en for read in reads)), urgent.eq(Cat(read.urgent for read in reads))]
-        chosen = _urgent_first(m, asks, urgent, name="store")
+        chosen = urgent_first(m, asks, urgent, name="store")
         addr = 0
         for k, read in enumerate(reads):
             addr = addr | Mux(chosen[k], read.addr, 0)
-            m.d.comb += [read.ready.eq(chosen[k] & port.ready), read.data.eq(port.data)]
-        m.d.comb += [port.addr.eq(addr), port.en.eq(asks.any()), port.urgent.eq((asks & urgent).any())]
+            m.d.comb += [read.ready.eq(chosen[k] & port.ready), read.data.eq(port.data.as_value()[:B * WORD])]
+        return asks.any(), addr, (asks & urgent).any()
 
     def _row_writes(self, m: Module, engines: list):
         """The engines' rows through one crossbar for both buffers (`engines_to_abuf`, `engines_to_wbuf`:
@@ -537,7 +539,7 @@ class DMAUnit(wiring.Component):
         for b in range(P):
             asks = Signal(n, name=f"b{b}_asks")
             m.d.comb += asks.eq(Cat(*(engine.rows.en & (bank == b) for engine, bank in zip(engines, banks))))
-            chosen = _urgent_first(m, asks, urgent, name=f"b{b}")
+            chosen = urgent_first(m, asks, urgent, name=f"b{b}")
             index = Signal(range(max(2, n)), name=f"b{b}_index")
             m.d.comb += index.eq(one_hot_index(chosen))
             row, data, mask = (Signal(ADDRESS_BITS, name=f"b{b}_row"), Signal(len(engines[0].rows.data.as_value()),
@@ -565,7 +567,7 @@ class DMAUnit(wiring.Component):
             m.submodules[f"{port}_engine"] = engine
             wiring.connect(m, engine.axi, wiring.flipped(getattr(self, port)))
             m.d.comb += engine.base.eq(self.hbm_base[index] if index < C else self.host_base)
-        self._store_reads(m, engines)
+        storing, store_addr, store_urgent = self._store_reads(m, engines)
         self._row_writes(m, engines)
         level = [engine.moved for engine in engines]       # the most any engine moved: a tree of maxima
         while len(level) > 1:
@@ -644,8 +646,8 @@ class DMAUnit(wiring.Component):
         fill = running & tile_mode & (phase == FILL)
         # abuf_src shares ABUF's read ports (SharedReadPort): a step that reads it advances only when granted
         read_wanted = straight | (fill & on_chip) | (running & is_gather & ~host_indices & ~abort)
-        granted = self.abuf_src.ready
-        m.d.comb += [self.abuf_src.en.eq(read_wanted), self.abuf_src.urgent.eq(0)]
+        granted = self.abuf_src.ready & ~storing
+        m.d.comb += [self.abuf_src.en.eq(read_wanted | storing), self.abuf_src.urgent.eq(storing & store_urgent)]
         drain = running & tile_mode & (phase == DRAIN)
         tile_full = Signal()
         jobs_ready = Signal()
@@ -770,7 +772,7 @@ class DMAUnit(wiring.Component):
             m.d.comb += indices.r_en.eq(lane_last)
 
         # --- on chip: read (cycle c), data (c + 1) ------------------------------------------------------------------------
-        m.d.comb += self.abuf_src.addr.eq(Mux(is_gather, src2 + u, tile_source))
+        m.d.comb += self.abuf_src.addr.eq(Mux(storing, store_addr, Mux(is_gather, src2 + u, tile_source)))
         dst_addr = Signal(32)
         m.d.comb += dst_addr.eq(dst + Mux(transpose, col + j, cur_r) * sd + Mux(transpose, cur_r, col))
         lane_mask = Signal(P)
@@ -780,7 +782,7 @@ class DMAUnit(wiring.Component):
                      step.addr.eq(dst_addr),
                      step.mask.eq(lane_mask)]
         step1 = pipe(m, step, READ_LATENCY, name="step1")
-        got = self.abuf_src.data
+        got = data.View(data.ArrayLayout(WORD, P), self.abuf_src.data.as_value()[:P * WORD])
 
         # --- the transpose tile: rows filled from reads or engine beats, then its columns drained -----------------
         requests = [engine.beats.valid & tile_mode for engine in engines]

@@ -15,9 +15,9 @@ stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2
 remain (so `contexts` = 2 * loop_latency - 1). Each beat uses one x tile (broadcast to all lanes; read
 only when its address differs from the previous beat's, else the tile port's kept rows serve it again:
 consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k, and a pair's
-last beat also reads the pair's mpu_lanes bias words, which wait with the pair's row and group in a FIFO
-for its sums. All of a beat's reads are the lanes of the two buffers' TileReadPorts (`abuf_tiles`: weights,
-x, bias; `wbuf_tiles`: weights, bias), one read port per buffer memory.
+last beat also reads the pair's mpu_lanes bias words (a weight: in WBUF, as the ISA requires), which wait with
+the pair's row and group in a FIFO for its sums. All of a beat's reads are the lanes of the two buffers'
+TileReadPorts (`abuf_tiles`: weights, x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
 """
 from __future__ import annotations
 
@@ -94,9 +94,8 @@ class MatrixUnit(wiring.Component):
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
-        self.x_lane, self.bias_lane = L, {Space.ABUF: L + 1, Space.WBUF: L}    # x: in ABUF's port
-        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 2, W, (W,) * (L + 1) + (L,),
-                                                         aligned=(True,) * L + (False, False))),
+        self.x_lane, self.bias_lane = L, L      # x: in ABUF's port; the bias (isa: in WBUF) in WBUF's
+        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 1, W, (W,) * (L + 1), aligned=(True,) * L + (False,))),
                  "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,), aligned=(True,) * L + (False,)))}
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
@@ -213,8 +212,9 @@ class MatrixUnit(wiring.Component):
                 column = cur_g * L + lane
                 core.d.comb += [request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
                                 request.en[lane].eq(issuing & (column < n) & (s_src2 == space))]
-            core.d.comb += [request.addr[self.bias_lane[space]].eq(aux + cur_g * L),
-                            request.en[self.bias_lane[space]].eq(issuing & last_tile & has_bias & (s_aux == space))]
+        bias_request = requests[Space.WBUF]
+        core.d.comb += [bias_request.addr[self.bias_lane].eq(aux + cur_g * L),
+                        bias_request.en[self.bias_lane].eq(issuing & last_tile & has_bias)]
         beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
                                          "r": 32, "g": 32}))
         core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
@@ -225,8 +225,7 @@ class MatrixUnit(wiring.Component):
         meta_layout = data.StructLayout({"r": 32, "g": 32, "bias": data.ArrayLayout(16, L)})
         core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
                                                     depth=2 + READ_LATENCY + self.tree_latency + self.latency)
-        bias_read = Mux(s_aux == Space.ABUF, tile_data[Space.ABUF][self.bias_lane[Space.ABUF]].as_value(),
-                        tile_data[Space.WBUF][self.bias_lane[Space.WBUF]].as_value())[:16 * L]
+        bias_read = tile_data[Space.WBUF][self.bias_lane].as_value()[:16 * L]
         core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last), meta.w_data.eq(Cat(beat1.r, beat1.g, bias_read))]
 
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]

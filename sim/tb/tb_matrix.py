@@ -67,9 +67,9 @@ def matrix_case(rng, cfg, op: Opcode):
         if op == Opcode.MASKED_QK:
             aux_space, sa = Space.ABUF, int(rng.integers(1, 4))
             abuf["aux"] = extent(rows, 1, sa)
-        elif rng.random() < 0.6:
-            aux_space = Space.ABUF if rng.random() < 0.5 else Space.WBUF
-            (abuf if aux_space == Space.ABUF else wbuf)["aux"] = n
+        elif rng.random() < 0.6:                # the bias: a weight, in WBUF
+            aux_space = Space.WBUF
+            wbuf["aux"] = n
         a_bases, w_bases = place(rng, abuf, cfg.abuf_words), place(rng, wbuf, cfg.wbuf_words)
         if a_bases is not None and w_bases is not None:
             break
@@ -183,8 +183,9 @@ async def full_rate(dut):
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart, as the alignment rule
     makes them), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), a row maximum with results in one
-    memory (one), or both buffers take several cycles (the slower's)."""
+    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), a row maximum written in a
+    cycle with results (one: ABUF's one unit write), or weight columns share a memory. (Both buffers cannot be
+    slow at once: x alone never stalls, and the bias, in WBUF, meets only weights in WBUF.)"""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -199,9 +200,9 @@ async def full_rate(dut):
             (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0),
             # weights in ABUF, columns of 2 * W + 1 words 3 * W apart: three tiles, the last one word
             (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": abuf(1536), "src2_stride": 3 * W}, None),
-            # 6 pairs, one beat each: row 1's maximum (aux 901, chunk 112: memory 2) is written with pair 5's
-            # results (row 2, group 1: words 20..23, chunk 2: memory 2), so one waits a cycle
-            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 1), (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
+            # 6 pairs, one beat each: rows 0's and 1's maxima fall in the cycles of pairs 3's and 5's results, and
+            # ABUF takes one unit write a cycle, so each waits a cycle (row 2's comes after the last results)
+            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 2), (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {}, 0),
             # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
@@ -211,9 +212,8 @@ async def full_rate(dut):
             # one row of two column groups: the second beat re-uses the x tile, so only column 0 meets it (column L + 1,
             # in the same memory, would too if x were read again)
             (Opcode.MASKED_QK, 1, 2 * L, W, {"src2": abuf(1024 + period)}, 1),
-            # both buffers slow: 3 weight columns a period apart (3 cycles), x and the bias in one memory (2); the
-            # buffer served first waits for the other, it does not start over (which would take 5)
-            (Opcode.MATMUL, 1, 3, W, {"src2_stride": period, "aux": abuf(1024 + period)}, 2)):
+            # 3 weight columns a period apart: 3 cycles a beat
+            (Opcode.MATMUL, 1, 3, W, {"src2_stride": period}, 2)):
         fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
                       dst_stride=n, src1_stride=k, src2_stride=k)
         if op == Opcode.MASKED_QK:
