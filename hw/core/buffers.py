@@ -26,9 +26,10 @@ engines' LOAD and GATHER rows (`BankWritePort`: a row per memory, which the DMA'
 for both buffers at once) and one *unit write* a cycle (`_unit_write`), which the on-chip DMA's copies
 (`RowWritePort`, two chunks) and the units' writes (`SharedWritePort`: the matrix unit's results and row maxima,
 the vector unit's, the router's) take in turn, the urgent ones first, each class in the order listed; the unit
-write then waits for the memories an urgent engine row took. So each memory chooses its row among three (its
-engine row and the unit write's two chunks), where a choice among every writer's chunks took 11 at u280 (twice
-the LUTs; docs/rtl-core.md, "Resources"); the cost is that two units' writes in one cycle take two. A plain `ReadPort` or
+write is granted after the engine rows (the urgent ones first, `_grants`). So each memory chooses its row among
+three (its engine row and the unit write's two chunks), where a choice among every writer's chunks took 11 at u280
+(ABUF's write choice 112K LUTs against 19K; docs/rtl-core.md, "Resources"); the cost is that two units' writes in
+one cycle take two. A plain `ReadPort` or
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
 WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
@@ -244,10 +245,9 @@ class BankedBuffer(wiring.Component):
         if not (self.row_writes or self.bank_writes or self.shared_writes):
             return
         P = self.banks
-        requests = [*(r for name in self.bank_writes for r in self._bank_writes(m, name))]
-        unit = self._unit_write(m) if self.row_writes or self.shared_writes else None
-        if unit is not None:
-            requests.append(unit)
+        requests = [r for name in self.bank_writes for r in self._bank_writes(m, name)]
+        if self.row_writes or self.shared_writes:
+            requests.append(self._unit_write(m))
         readies = self._grants(m, [touch for _, _, touch, _ in requests], [urgent for *_, urgent in requests],
                                name="write")
         for (ready_port, *_), ready in zip(requests, readies):
