@@ -54,7 +54,8 @@ class ArchConfig:
     abuf_words: int
     """Activation buffer (activations, scores, row statistics)."""
     wbuf_words: int
-    """Weight buffer, two banks, filled by DMA while the matrix unit reads the other bank."""
+    """Weight buffer: the compiler's weight slots (the DMA fills one while the matrix unit reads another) and
+    attention's KV areas (host/compiler/layout.py, KVPlan)."""
     hbm_channels: int
     hbm_port_bits: int
     hbm_channel_mbytes: int
@@ -123,7 +124,7 @@ class ArchConfig:
         require(0 < self.hbm_efficiency <= 1, f"hbm_efficiency must be in (0, 1], got {self.hbm_efficiency}")
         require(self.hbm_channels > 0 and self.hbm_channel_mbytes > 0, "HBM channels and their size must be positive")
         require(self.wbuf_words % 2 == 0 and self.wbuf_words >= 2 * self.mac_width * self.mpu_lanes,
-                f"wbuf_words must be even and hold two banks of at least one {self.mac_width}x{self.mpu_lanes} "
+                f"wbuf_words must be even and hold two slots of at least one {self.mac_width}x{self.mpu_lanes} "
                 f"weight tile, got {self.wbuf_words}")
         require(self.abuf_words >= 4 * self.vector_width, f"abuf_words too small: {self.abuf_words}")
         require(self.abuf_words < 2 ** 32 and self.wbuf_words < 2 ** 32, "on-chip buffers must be addressable in 32 bits")
@@ -163,7 +164,7 @@ class ArchConfig:
 
     @property
     def weight_align(self) -> int:
-        """Words on whose multiples a MATMUL's or MASKED_QK's weights (src2, in WBUF or ABUF) start, and of which
+        """Words on whose multiples a MATMUL's or MASKED_QK's weights (src2, in WBUF) start, and of which
         their column stride (src2_stride) is a multiple: mac_width, so each lane's weight tile is one memory row
         of its buffer (hw/core/buffers.py, an aligned TileReadPort lane); the compiler pads weight columns and the
         attention's key slots and V^T rows to it (host/compiler/layout.py, weight_stride and KVArea)."""
@@ -178,10 +179,6 @@ class ArchConfig:
         while any(banks % d == 0 for d in range(2, int(banks ** 0.5) + 1)):
             banks += 1
         return banks
-
-    @property
-    def wbuf_bank_words(self) -> int:
-        return self.wbuf_words // 2
 
     @property
     def hbm_bytes(self) -> int:
@@ -263,21 +260,23 @@ PRESETS: dict[str, ArchConfig] = {
     # Small enough that RTL simulation of a whole layer takes seconds.
     "sim-small": ArchConfig(
         name="sim-small-x1", cards=1, mpu_lanes=4, mac_width=8, vector_width=8, clock_mhz=100.0,
-        abuf_words=1 << 18, wbuf_words=1 << 16, hbm_channels=4, hbm_port_bits=128,
+        abuf_words=1 << 18, wbuf_words=1 << 19, hbm_channels=4, hbm_port_bits=128,
         hbm_channel_mbytes=64, hbm_peak_gbps=6.4, hbm_efficiency=0.9, hbm_latency_cycles=32,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_phy_ns=260.0, ring_cdc_cycles=8,
         queue_depth=8),
     # One core per Alveo U280 (docs/architecture.md justifies each figure): 16 lanes x 64 = 1,024
-    # FP16 MACs per cycle, DFX's count: Yosys puts one 64-wide MAC tree (64 multipliers, 63 FP32
-    # adders) at 41.8K LUTs, so 16 lanes take 51% of the U280's 1,304K LUTs (32 would not fit);
+    # FP16 MACs per cycle, DFX's count (Yosys puts one 64-wide MAC tree, 64 multipliers and a
+    # block-aligned sum, at 12.3K LUTs; docs/rtl-core.md "Resources" counts the whole core);
     # 250 MHz (32 x 512-bit ports then offer 512 GB/s, above the 460 GB/s physical peak, so weight
     # streams are bound by HBM itself); 90% sustained HBM efficiency; a 4 MiB activation buffer and
-    # an 8 MiB weight buffer (URAM; the U280 has about 41 MB on chip: two 4 MiB weight slots keep
-    # the weight stream going through attention, where 2 MiB slots stall it); QSFP28 ring links at
-    # 100 Gb/s less 3% Aurora framing.
+    # an 8.5 MiB weight buffer (URAM; the U280 has about 41 MB on chip; 17 memories of 4,096 rows of
+    # 64 words, one URAM deep): attention's keys and V^T, which the matrix unit reads from WBUF like
+    # every weight, take up to a third (2 MiB for 345M's groups of 8 heads at 1,024 positions), and
+    # two weight slots of the rest (3.25 MiB each) keep the weight stream going through attention,
+    # where 2 MiB slots stall it; QSFP28 ring links at 100 Gb/s less 3% Aurora framing.
     "u280": ArchConfig(
         name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
-        abuf_words=1 << 21, wbuf_words=1 << 22, hbm_channels=32, hbm_port_bits=512,
+        abuf_words=1 << 21, wbuf_words=17 << 18, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
         host_link_gbps=12.0, launch_overhead_us=30.0, ring_link_gbps=12.1, queue_depth=4),
 }

@@ -275,8 +275,8 @@ OPCODES: dict[Opcode, OpSpec] = {
                           "(numerics.matmul: exact products, mac_width-wide block-aligned tile sums, tile accumulation). "
                           "The weight operand is column-major: column j is k contiguous words. src2 and src2_stride are "
                           "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED). "
-                          "The bias is a weight: in WBUF",
-                          {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
+                          "The weights and the bias are in WBUF",
+                          {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF,),
                            "aux": (Space.NONE, Space.WBUF)},
                           ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride"), flags=("gelu",)),
     Opcode.MASKED_QK: OpSpec(Unit.MATRIX, "attention scores with causal mask, and each row's maximum",
@@ -284,8 +284,8 @@ OPCODES: dict[Opcode, OpSpec] = {
                              "fp16(dot(src1[src1 + r*src1_stride + 0:k], src2[src2 + j*src2_stride + 0:k])); "
                              "aux[aux + r*aux_stride] = max_j of that row (numerics.reduce_max). src2 and src2_stride "
                              "are multiples of weight_align (mac_width) words, else the unit refuses the word "
-                             "(MISALIGNED)",
-                             {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF, Space.ABUF),
+                             "(MISALIGNED). The keys (src2) are in WBUF",
+                             {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF,),
                               "aux": (Space.ABUF,)},
                              ("rows", "n", "k", "pos"), STRIDES),
     Opcode.VADD: _vector_binary("+"),

@@ -8,7 +8,7 @@ fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
 * `resolve_run` / `with_gather_slices`: a whole card program resolved for one run, as the cards execute it.
 * `Block`, `access_blocks`, `access_ranges`: the exact words an instruction reads and writes, and their
   bounding ranges (the scoreboard's rule).
-* `misaligned_weights`: the matrix unit's alignment rule for its weights (src2, in WBUF or ABUF).
+* `misaligned_weights`: the matrix unit's alignment rule for its weights (src2, in WBUF).
 * `misaligned_transfer`: the DMA engines' rule for a LOAD's or GATHER's rows from HBM or the host into a buffer.
 """
 from __future__ import annotations
@@ -135,7 +135,7 @@ def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
 
 def misaligned_weights(r: Resolved, align: int) -> str | None:
     """Why a MATMUL's or MASKED_QK's weights break the matrix unit's alignment rule, or None: src2 and src2_stride
-    must be multiples of `align` words (ArchConfig.weight_align), in WBUF or ABUF, so that each lane's weight tile
+    must be multiples of `align` words (ArchConfig.weight_align), in WBUF, so that each lane's weight tile
     is one memory row (the RTL refuses the word with ErrorCode.MISALIGNED). An empty instruction (rows or n 0) is
     exempt."""
     if r.op not in (Opcode.MATMUL, Opcode.MASKED_QK) or not (r.rows and r.n):

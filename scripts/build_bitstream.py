@@ -165,10 +165,10 @@ def resource_estimates(cfg: ArchConfig, work: Path) -> dict:
     return {"method": "estimate per unit, not a synthesis of the whole kernel: the matrix and vector units composed "
                       "from their arithmetic parts synthesised at this config's widths plus their control measured at "
                       "sim-small, the DMA's port engines and transpose tile synthesised (the rest counted), the "
-                      "router and fetch unit synthesised, the scoreboard at sim-small scaled to the entries, ABUF and "
-                      "WBUF counted as URAM and their port logic composed; the rest of the controller, the AXI4-Lite "
-                      "registers, the Aurora kernel and the platform's shell are not included "
-                      "(scripts/resource_estimates.py)",
+                      "router, fetch unit and scoreboard synthesised, the rest of the controller as the whole "
+                      "controller less its scoreboard at sim-small, ABUF and WBUF counted as URAM and their port "
+                      "logic composed; the AXI4-Lite registers, the Aurora kernel and the platform's shell are not "
+                      "included (scripts/resource_estimates.py)",
             "flow": report["flow"], "units": report["rows"], "limits": report["limits"],
             "percent_of_limits": {key: round(100 * total.get(key, 0) / limit, 1)
                                   for key, limit in report["limits"].items()}}

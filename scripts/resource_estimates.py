@@ -15,8 +15,8 @@ counted, not synthesised (`buffer_estimate`): each read port outside a group tha
 is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
 URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is composed per requester of the shared groups
 from the buffers' own selects and shifts, each synthesised on its own at u280 width (`port_parts`, `port_logic`).
-The router and the fetch unit are synthesised whole, the controller's scoreboard at sim-small and scaled to the
-target's entries.
+The router, the fetch unit and the controller's scoreboard are synthesised whole at the target's widths, the rest of
+the controller (whole less its scoreboard) at sim-small.
 `--check-buffers PRESET` synthesises a preset's whole buffers beside that composition.
 """
 from __future__ import annotations
@@ -324,7 +324,8 @@ def port_logic(cfg, measure) -> dict:
     out, requesters = {}, group_requesters(cfg)
     for name, kinds in requesters.items():
         words_of_buffer = cfg.abuf_words if name == "ABUF" else cfg.wbuf_words
-        row_bits = chunk * WORD + chunk + (-(-words_of_buffer // chunk // banks)).bit_length()
+        rows = -(-words_of_buffer // chunk // banks)         # a memory's rows, addressed in (rows - 1) bits
+        row_bits = chunk * WORD + chunk + (rows - 1).bit_length()
         total, flops = {}, 0
         for (what, words), count in kinds.items():
             if what == "tile lane":           # two rows, each selected or kept, and a shift
@@ -426,8 +427,14 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     # The controller's scoreboard, synthesised whole at the target's queue depth (it has an entry, a footprint of 5
     # ranges and their comparisons, per queued instruction of each unit, and no width of the config's: 5 entries a
     # unit at u280, a few minutes of Yosys; 17 were hours). The rest of the controller (its registers, decode and
-    # queues) is not counted.
+    # queues of IssueLayout entries, whose widths no config changes) is the whole controller less its scoreboard
+    # at sim-small (14 minutes of Yosys; at u280 the whole takes hours): its queues are 8 deep there, 4 at u280,
+    # both within one LUT-RAM primitive's 32 rows.
+    from ringgpt.hw.core.controller import Controller
     rows["Scoreboard (whole)"] = _add({}, synth(f"Scoreboard({target.name})", lambda: Scoreboard(target)))
+    whole, scoreboard = (synth(f"{cls.__name__}(sim-small)", lambda cls=cls: cls(small)) for cls in (Controller, Scoreboard))
+    rows["Controller less its scoreboard (sim-small)"] = {key: max(0, whole.get(key, 0) - scoreboard.get(key, 0))
+                                                          for key in whole}
     buffers = buffer_estimate(target)
     ports = port_logic(target, synth)
     for name, b in buffers.items():

@@ -70,59 +70,40 @@ def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, 
 
 def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     """Cycles the matrix unit stalls while a MATMUL's or MASKED_QK's tiles are read and its results written
-    (hw/core/matrix.py), alone on the buffers: beat (row, column group g, tile t) reads, as lanes of each buffer's
-    TileReadPort, its weight tiles (weight_beat_cycles' lanes, in src2's buffer), its x tile (ABUF: mac_width
-    words at src1 + row * src1_stride + t * mac_width, unless the beat issued before it had the same: `_x_reads`)
-    and, at a pair's last tile, the MATMUL's bias (mpu_lanes words at aux + g * mpu_lanes, in aux's buffer), and
-    takes the slower buffer's tile_read_cycles. A MASKED_QK also writes each row's maximum (aux) beside its
-    results (dst), through ABUF's one unit write a cycle (hw/core/buffers.py): where the two fall in one cycle, the
-    second waits a cycle (`_write_cycles`). The unit is frozen for every cycle either needs beyond one."""
+    (hw/core/matrix.py), alone on the buffers: beat (row, column group g, tile t) reads, as lanes of WBUF's
+    TileReadPort, its weight tiles (weight_beat_cycles' lanes) and, at a pair's last tile, the MATMUL's bias
+    (mpu_lanes words at aux + g * mpu_lanes), and takes their tile_read_cycles; its x tile, alone in ABUF's
+    TileReadPort, never stalls (its two chunks lie in two memories). A MASKED_QK also writes each row's maximum
+    (aux) beside its results (dst), through ABUF's one unit write a cycle (hw/core/buffers.py): where the two fall
+    in one cycle, the second waits a cycle (`_write_cycles`). The unit is frozen for every cycle either needs
+    beyond one."""
     has_bias = r.op is Opcode.MATMUL and r.aux[0] is not Space.NONE
-    lanes = {"weights": (r.src2[0], r.src2[1], r.src2_stride), "bias": (r.aux[0], r.aux[1], 0) if has_bias else None}
-    # x alone in ABUF never stalls (its two chunks lie in two memories), and then no lane depends on the row
-    shares = any(lane is not None and lane[0] is Space.ABUF for lane in lanes.values())
-    lanes["x"] = (Space.ABUF, r.src1[1], r.src1_stride) if shares else None
-    for space in (Space.ABUF, Space.WBUF):      # each buffer's addresses moved down together
-        mine = [name for name, lane in lanes.items() if lane is not None and lane[0] is space]
-        if mine:
-            down = _periods_below([lanes[name][1] for name in mine], cfg)
-            lanes.update({name: (space, lanes[name][1] - down, lanes[name][2]) for name in mine})
+    down = _periods_below([r.src2[1]] + ([r.aux[1]] if has_bias else []), cfg)   # moved down together
     writes = r.op is Opcode.MASKED_QK          # the results and the row maxima
-    per_row = not shares and not writes
-    stalls = _matrix_stalls(lanes["weights"], lanes["x"], lanes["bias"], writes, 1 if per_row else r.rows, r.n,
-                            r.k, cfg)
-    return r.rows * stalls if per_row else stalls
+    rows = r.rows if writes else 1             # without them every row stalls alike
+    stalls = _matrix_stalls((r.src2[1] - down, r.src2_stride), r.aux[1] - down if has_bias else None, writes, rows,
+                            r.n, r.k, cfg)
+    return stalls if writes else r.rows * stalls
 
 
 @functools.lru_cache(maxsize=4096)
-def _matrix_stalls(weights: tuple, x: tuple | None, bias: tuple | None, writes: bool, rows: int, n: int,
-                   k: int, cfg: ArchConfig) -> int:
-    """matrix_stall_cycles of `rows` rows, the lanes given as (space, address, stride); `writes`: a MASKED_QK's
-    results and row maxima."""
+def _matrix_stalls(weights: tuple, bias: int | None, writes: bool, rows: int, n: int, k: int,
+                   cfg: ArchConfig) -> int:
+    """matrix_stall_cycles of `rows` rows: the weights at (address, column stride), the bias at its address or
+    None; `writes`: a MASKED_QK's results and row maxima."""
     from ringgpt.hw.core.buffers import tile_read_cycles
     L, W = cfg.mpu_lanes, cfg.mac_width
     groups, tiles = _ceil_div(n, L), _ceil_div(k, W)
-    row, g, t, lane = np.meshgrid(np.arange(rows), np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
+    _, g, t, lane = np.meshgrid(np.arange(rows), np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
     one = (rows, groups, tiles, 1)
-    cycles = np.ones((rows, groups, tiles), dtype=np.int64)
-    for space in (Space.ABUF, Space.WBUF):
-        starts, enabled, words = [], [], []
-        if weights[0] is space:
-            column = g * L + lane
-            starts.append(weights[1] + column * weights[2] + t * W)
-            enabled.append(column < n)
-            words += [W] * L
-        if x is not None and x[0] is space:
-            starts.append(np.broadcast_to(x[1] + row[..., :1] * x[2] + t[..., :1] * W, one))
-            enabled.append(_x_reads(rows, groups, tiles, x[2], cfg)[..., None])
-            words.append(W)
-        if bias is not None and bias[0] is space:
-            starts.append(np.broadcast_to(bias[1] + g[..., :1] * L, one))
-            enabled.append(t[..., :1] == tiles - 1)
-            words.append(L)
-        if starts:
-            cycles = np.maximum(cycles, tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1),
-                                                         np.array(words), cfg.buffer_chunk_words, cfg.buffer_banks))
+    column = g * L + lane
+    starts, enabled, words = [weights[0] + column * weights[1] + t * W], [column < n], [W] * L
+    if bias is not None:
+        starts.append(np.broadcast_to(bias + g[..., :1] * L, one))
+        enabled.append(t[..., :1] == tiles - 1)
+        words.append(L)
+    cycles = tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1), np.array(words),
+                              cfg.buffer_chunk_words, cfg.buffer_banks)
     if not writes:
         return int((cycles - 1).sum())
     issued = _beat_times(rows * groups, tiles, cfg)           # each beat's cycle, the unit never frozen
@@ -159,18 +140,6 @@ def _write_cycles(last_beats: np.ndarray, rows: int, groups: int, cfg: ArchConfi
     need = np.ones(int(max(results.max(), maxima.max())) + 1, np.int64)
     need[maxima[np.isin(maxima, results)]] = 2
     return need
-
-
-def _x_reads(rows: int, groups: int, tiles: int, stride: int, cfg: ArchConfig) -> np.ndarray:
-    """Which beats (row, group, tile) read their x tile: the first, and those whose x address (row * stride +
-    t * mac_width from src1) differs from the one of the beat issued before (`_beat_times`' order)."""
-    issued = _beat_times(rows * groups, tiles, cfg).ravel()
-    order = np.argsort(issued, kind="stable")
-    p, t = np.divmod(np.arange(rows * groups * tiles), tiles)
-    address = ((p // groups) * stride + t * cfg.mac_width)[order]
-    reads = np.empty(len(order), bool)
-    reads[order] = np.concatenate([[True], address[1:] != address[:-1]])
-    return reads.reshape(rows, groups, tiles)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -126,7 +126,7 @@ GENERATE_CASES = [  # (arguments after `ringgpt generate`, phrase of the one err
     (["--model", "synthetic:n_layer=1,n_layer=2,n_embd=64,n_head=1"], "n_layer is given twice"),
     (["--model", ""], "--model is empty"),
     (["--model", "synthetic:n_layer=1,n_embd=4096,n_head=1", "--config", "sim-small", "hi"],
-     "the activation buffer (262,144 words) cannot hold even one token's activations"),
+     "the weight buffer (524,288 words) cannot hold one head's keys and V^T for max_context=1024"),
 ]
 CHECK_CASES = [
     (["--json", "/nonexistent/dir/report.json"], "the folder /nonexistent/dir does not exist"),
@@ -157,7 +157,7 @@ COMPILER_CASES = [
     ([], "Missing option '--out'"),
     (["--out", "new", "--model", "/nonexistent"], "checkpoint directory /nonexistent does not exist"),
     (["--out", "new", "--model", "synthetic:n_layer=1,n_embd=4096,n_head=1", "--config", "sim-small"],
-     "cannot hold even one token's activations"),
+     "cannot hold one head's keys and V^T"),
 ]
 
 

@@ -9,7 +9,7 @@ from transformers import GPT2LMHeadModel
 
 from ringgpt.host.compiler import CapacityError, CompileError, compile_model, partition, split
 from ringgpt.host.compiler.build import CardBuilder, Context, Piece
-from ringgpt.host.compiler.layout import CardShape, choose_abuf_plans
+from ringgpt.host.compiler.layout import CardShape, KVArea, choose_abuf_plans, choose_kv, region_align
 from ringgpt.host.compiler.model import ModelDims
 from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
@@ -122,8 +122,8 @@ def test_segments_lie_in_weight_regions_and_hold_transposed_weights(tiny):
 def test_weight_columns_are_padded_to_tile_boundaries(cards):
     """n_embd = 48 at u280 (weight_align 64): every weight column of k = 48 in HBM and WBUF is 64 words apart (48
     words, 16 zeros), and so are wte's rows (the tied LM head's columns, GATHER's table); the attention's keys (head_dim
-    16) lie in 64-word slots and V^T in rows of 64 (max_context 16) in the KV areas (layout.KVArea), so that every
-    MATMUL's and MASKED_QK's weights, in WBUF and ABUF, start and step on 64-word boundaries
+    16) lie in 64-word slots and V^T in rows of 64 (max_context 16) in the KV areas (layout.KVArea, in WBUF above the
+    weight slots), so that every MATMUL's and MASKED_QK's weights start and step on 64-word boundaries
     (hw/resolved.misaligned_weights). The HBM K cache keeps the same slots (a row of 3 x 64 words on one card; one
     STORE a head appends the keys), V^T rows of 64 and wpe's rows 64 apart (n_embd 48 is not a multiple of the 32-word
     beat: the embedding's rows are staged in BIG), so that every transfer keeps its words' offsets in the beat
@@ -135,10 +135,12 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     cfg = get_config("u280", cards)
     image = compile_model(model, cfg, max_context=16)
     runs = with_gather_slices([resolve_run(card.program.instructions, c, 2, 3) for c, card in enumerate(image.cards)])
-    matmuls = [r for run in runs for r in run if r is not None and r.op is Opcode.MATMUL and r.src2[0] is Space.WBUF]
+    kv_start = image.meta["abuf"][0]["kv_start"]             # the weight slots below, the KV areas from here
+    matrix = [r for run in runs for r in run if r is not None and r.op in (Opcode.MATMUL, Opcode.MASKED_QK)]
+    assert {r.src2[0] for r in matrix} == {Space.WBUF}
+    matmuls = [r for r in matrix if r.src2[1] < kv_start]
     assert {r.src2_stride for r in matmuls} == {64, 192}      # k = 48 padded; fc2's k = n_inner = 192
-    attention = [r for run in runs for r in run if r is not None and r.op in (Opcode.MATMUL, Opcode.MASKED_QK)
-                 and r.src2[0] is Space.ABUF]
+    attention = [r for r in matrix if r.src2[1] >= kv_start]
     key_rows = {1: {3 * 64}, 2: {2 * 64, 64}}[cards]         # the card's heads (3, or 2 and 1) a 64-word slot each
     assert {(r.op, r.src2_stride) for r in attention} == {(Opcode.MASKED_QK, row) for row in key_rows} | {
         (Opcode.MATMUL, 64)}
@@ -152,7 +154,7 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
     wpe = dict(image.cards[0].hbm_segments)[wpe_at].reshape(16, 64)
     np.testing.assert_array_equal(wpe[:, :48], model.transformer.wpe.weight[:16].detach().half().numpy())
     assert not wpe[:, 48:].any()
-    key_stores = [r for r in runs[0] if r is not None and r.op is Opcode.STORE and r.n == 16]
+    key_stores = [r for r in runs[0] if r is not None and r.op is Opcode.STORE and r.n == 16 and not r.flags.transpose]
     assert len(key_stores) == {1: 3, 2: 2}[cards] and {r.dst_stride for r in key_stores} == {max(key_rows)}
     prompt = [5, 17, 42, 9]
     appliance = Appliance(SimulatorDevice(cfg), image)
@@ -216,8 +218,9 @@ def _builder(model, cards: int, card: int) -> CardBuilder:
     dims = ModelDims.of(model)
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, cards, cfg.mpu_lanes)
     shapes = [CardShape(b - a, v1 - v0) for (a, b), (v0, v1) in zip(part.heads, part.vocab)]
-    plans = choose_abuf_plans(cfg, dims.n_embd, dims.n_inner, 64, shapes, 64)
-    ctx = Context(model, cfg, dims, part, 64, plans, 2, cfg.wbuf_words // 2, True, 0, 0)
+    kv = choose_kv(cfg, 64, [b - a for a, b in part.heads], 64, 2)
+    plans = choose_abuf_plans(cfg, dims.n_embd, dims.n_inner, 64, shapes, 64, kv)
+    ctx = Context(model, cfg, dims, part, 64, plans, 2, kv.slot_words, True, 0, 0)
     return CardBuilder(ctx, card)
 
 
@@ -267,23 +270,37 @@ def test_abuf_plan_fits_and_regions_do_not_overlap(spec, config, cards):
 
 
 def test_abuf_plan_prefers_large_runs_and_kv_groups():
-    """On the u280 the planner keeps whole-card KV groups and still processes 100+ prompt tokens per run."""
-    image = compile_model(meta_model("gpt2-1.5b"), get_config("u280", 4))
-    assert image.meta["abuf"][0]["kv_group"] == 7 and image.meta["max_rows"] >= 100
+    """On the u280 the planner keeps whole-card KV groups in the weight buffer, after both weight slots, and the
+    activation buffer processes a 128-token prompt in one run."""
+    cfg = get_config("u280", 4)
+    image = compile_model(meta_model("gpt2-1.5b"), cfg)
+    plan = image.meta["abuf"][0]
+    assert plan["kv_group"] == 7 and image.meta["max_rows"] >= 128
+    kv_words = plan["kv_areas"] * KVArea(64, 1024, 7, region_align(cfg)).words
+    # two weight slots of 1,769,472 words (3.4 MiB) below the KV area, which fits before WBUF's end
+    assert plan["kv_start"] == 2 * 1_769_472 and plan["kv_start"] + kv_words <= cfg.wbuf_words
     assert compile_model(meta_model("gpt2-124m"), get_config("u280", 4), max_rows=5).meta["max_rows"] == 5
 
 
-def test_abuf_too_small_for_the_context_is_a_clear_error():
+def test_wbuf_too_small_for_the_context_is_a_clear_error():
+    """One head's keys and V^T for 2,048 positions (262,144 words) do not fit sim-small's weight buffer."""
     model = meta_model("n_layer=1,n_embd=128,n_head=2,n_positions=2048,vocab_size=100")
-    with pytest.raises(CapacityError, match=r"activation buffer .* max_context=2048"):
+    with pytest.raises(CapacityError, match=r"weight buffer .* one head's keys and V\^T for max_context=2048"):
         compile_model(model, get_config("sim-small", 1), 2048)
+
+
+def test_abuf_too_small_for_one_row_is_a_clear_error():
+    model = meta_model("n_layer=1,n_embd=16384,n_head=256,n_positions=64,vocab_size=100")
+    with pytest.raises(CapacityError, match=r"activation buffer .* one token's activations and scores"):
+        compile_model(model, get_config("sim-small", 1), 64)
 
 
 # --- weight stream --------------------------------------------------------------------------------
 
 def test_pieces_fit_slots_and_cover_each_slice_once():
     builder = _builder(meta_model("gpt2-124m"), 2, 0)
-    slot = get_config("u280").wbuf_words // 2
+    slot = builder.ctx.slot_words
+    assert builder.plan.kv_start >= 2 * slot
     assert all(isinstance(p, Piece) and p.words <= slot for p in builder.pieces)
     covered: dict = {}
     for p in builder.pieces:
@@ -295,16 +312,17 @@ def test_pieces_fit_slots_and_cover_each_slice_once():
 
 def test_weight_slot_is_never_overwritten_before_it_is_read():
     """In program order, a LOAD into a weight-buffer slot comes after every MATMUL that reads the slot's
-    previous contents, and every MATMUL reads what the latest LOAD put there."""
+    previous contents, and every MATMUL reads what the latest LOAD put there (the KV areas, above the slots, are
+    the plan check's: test_compiler_verify)."""
     image = compile_model(meta_model("gpt2-124m"), get_config("u280", 2))
-    for card in image.cards:
+    for card, plan in zip(image.cards, image.meta["abuf"]):
         content, read = {}, {}
         for inst in card.program.instructions:
-            if inst.opcode is Opcode.LOAD and inst.dst.space is Space.WBUF:
+            if inst.opcode is Opcode.LOAD and inst.dst.space is Space.WBUF and inst.dst.offset < plan["kv_start"]:
                 slot = inst.dst.offset
                 assert content.get(slot) is None or read.get(slot), "slot reloaded before it was read"
                 content[slot], read[slot] = inst.src1.offset, False
-            elif inst.opcode is Opcode.MATMUL and inst.src2.space is Space.WBUF:
+            elif inst.opcode is Opcode.MATMUL and inst.src2.offset < plan["kv_start"]:
                 assert inst.src2.offset in content
                 read[inst.src2.offset] = True
 
@@ -376,9 +394,10 @@ def test_projection_and_mlp_are_gathered_piece_by_piece():
 
 
 def test_gathered_slices_are_cut_alike_on_every_card():
-    """Small weight slots (1,024 words) cut every all-gathered slice into several pieces: every card gathers as many,
-    each of the pieces it computed (2 for the projection, 6 for each MLP layer), and the plan check passes."""
-    config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(4)
+    """Small weight slots (1,024 words, beside a KV area of 512) cut every all-gathered slice into several pieces:
+    every card gathers as many, each of the pieces it computed (2 for the projection, 6 for each MLP layer), and the
+    plan check passes."""
+    config = small_config("sim-small", abuf_words=4096, wbuf_words=2560).with_cards(4)
     image = compile_model(meta_model("n_layer=1,n_embd=64,n_head=4,vocab_size=64"), config, max_context=16)
     for card in image.cards:
         gathered = [i.n.imm for i in card.program.instructions if i.opcode is Opcode.ALLGATHER]

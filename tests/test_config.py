@@ -20,7 +20,6 @@ def test_u280_preset_derived_values():
     # the hop's physical parts (400 ns PHY + 5 ns cable + 8 CDC cycles = 437 ns) at 250 MHz; the router's own
     # cycles come from the RTL (hw/core/router.py), not from the config
     assert cfg.ring_latency_cycles == 109
-    assert cfg.wbuf_bank_words == 2 ** 21
 
 
 def test_names_and_card_suffix():
@@ -48,7 +47,7 @@ def test_hash_tracks_every_field():
     ({"vector_width": 12}, "vector_width must be a power of two, got 12"),
     ({"hbm_efficiency": 1.5}, r"hbm_efficiency must be in \(0, 1\], got 1.5"),
     ({"hbm_port_bits": 100}, "hbm_port_bits must be a positive multiple of 16"),
-    ({"wbuf_words": 1000}, "wbuf_words must be even and hold two banks"),
+    ({"wbuf_words": 1000}, "wbuf_words must be even and hold two slots"),
     ({"clock_mhz": 0}, "clock_mhz must be positive"),
     ({"hbm_channel_mbytes": 2 ** 20}, "HBM must be addressable in 32-bit word addresses"),
 ])
@@ -74,7 +73,6 @@ def test_sim_small_preset_derived_values():
     assert cfg.hbm_port_gbps == pytest.approx(6.4)  # 4 ports x 16 bytes x 100 MHz
     assert cfg.hbm_sustained_gbps == pytest.approx(5.76) and cfg.hbm_bytes_per_cycle == pytest.approx(57.6)
     assert cfg.ring_bytes_per_cycle == pytest.approx(121.0) and cfg.ring_latency_cycles == 34  # (260 + 5 + 80) ns at 100 MHz
-    assert cfg.wbuf_bank_words == 2 ** 15
     assert dataclasses.replace(cfg, name="sim-small-x1", cards=1) == PRESETS["sim-small"]
 
 

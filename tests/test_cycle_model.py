@@ -54,19 +54,12 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
     (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
      (Unit.MATRIX, 4 + 2 + 2 * 1 + 33, 0, 0, 0), "matrix"),
     # the bias, read at a pair's last tile with the weights (4 columns 8 words apart: memories 0..3 of WBUF): in the
-    # free memory 4 (aux 32) no stall; at aux 40 (memory 0, another row than column 0's chunk) 1 stall. x shares
-    # ABUF with a MASKED_QK's keys (columns at chunks 10..13, memories 0..3): row r's x (chunk r, memory r) meets
-    # column r's chunk, 1 stall a row
+    # free memory 4 (aux 32) no stall; at aux 40 (memory 0, another row than column 0's chunk) 1 stall. (x, alone in
+    # ABUF's tile port since the keys and V^T are in WBUF, never stalls.)
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
               aux=(Space.WBUF, 32)), (Unit.MATRIX, 4 + 1 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
               aux=(Space.WBUF, 40)), (Unit.MATRIX, 4 + 1 + 1 + 33, 0, 0, 0), "matrix"),
-    (Resolved(Opcode.MASKED_QK, rows=2, n=4, k=8, src1=(Space.ABUF, 0), src1_stride=8, src2=(Space.ABUF, 80),
-              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 2 + 33 + 2, 0, 0, 0), "matrix"),
-    # one row, two column groups: the second beat re-uses the first's x tile (chunk 0, memory 0), so only the first
-    # meets its key column 0 (chunk 10); column 5 (chunk 15, memory 0) would meet it too if x were read again
-    (Resolved(Opcode.MASKED_QK, rows=1, n=8, k=8, src1=(Space.ABUF, 0), src1_stride=8, src2=(Space.ABUF, 80),
-              src2_stride=8, aux=(Space.ABUF, 200)), (Unit.MATRIX, 4 + 2 + 1 + 33 + 2, 0, 0, 0), "matrix"),
     # vector operands in one memory (5 memories of 8-word chunks, a period of 40 words): src2 40 words after src1
     # puts each chunk's two reads in one memory, 1 stall a chunk; 8 words after, never; unaligned, chunks t, t + 1
     # and 5 + t, 6 + t: 1 stall (2 distinct chunks in each of 2 memories); a row scalar at 40 meets chunk 0 only,

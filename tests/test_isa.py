@@ -127,11 +127,17 @@ def test_operand_space_not_allowed():
         decode(word)
 
 
-def test_matmul_bias_is_a_weight_in_wbuf():
-    """The matrix unit reads a MATMUL's bias through WBUF's tile port only (hw/core/matrix.py)."""
-    legal = isa.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=1 n=16 k=64").encode()
-    word = legal ^ ((Space.WBUF.value ^ Space.ABUF.value) << _field_offset("aux.space"))
-    with pytest.raises(IllegalInstructionError, match=r"field 'aux.space': MATMUL takes NONE/WBUF here, not ABUF"):
+@pytest.mark.parametrize("opcode,field,text", [
+    ("MATMUL", "aux", "MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=1 n=16 k=64"),
+    ("MATMUL", "src2", "MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=1 n=16 k=64"),
+    ("MASKED_QK", "src2", "MASKED_QK dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=ABUF[9] rows=1 n=16 k=64")])
+def test_matrix_weights_and_bias_are_in_wbuf(opcode, field, text):
+    """The matrix unit reads weights, keys, V^T and biases through WBUF's tile port only (hw/core/matrix.py)."""
+    legal = isa.parse_instruction(text).encode()
+    decode(legal)
+    word = legal ^ ((Space.WBUF.value ^ Space.ABUF.value) << _field_offset(f"{field}.space"))
+    allowed = "NONE/WBUF" if field == "aux" else "WBUF"
+    with pytest.raises(IllegalInstructionError, match=rf"field '{field}.space': {opcode} takes {allowed} here, not ABUF"):
         decode(word)
 
 

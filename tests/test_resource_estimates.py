@@ -5,10 +5,10 @@ from ringgpt.hw.config import get_config
 def test_buffer_copies_count_each_shared_group_once(load_script):
     buffers = load_script("resource_estimates").buffer_estimate(get_config("u280"))
     # a copy: 17 memories of 64-word rows, 1,024 bits = 15 URAM columns of 72 bits, one URAM deep
-    # (ABUF 2 M words: 1,928 rows; WBUF 4 M: 3,856 rows of the URAM's 4,096)
+    # (ABUF 2 M words: 1,928 rows; WBUF 4.25 M: all 4,096 rows of the URAM)
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
-                                                                                      "WBUF": (255, 3856)}
-    # ABUF: the tile ports of the matrix unit (weights, x) and the vector unit (its 3 operands) and the
+                                                                                      "WBUF": (255, 4096)}
+    # ABUF: the tile ports of the matrix unit (x) and the vector unit (its 3 operands) and the
     # SharedReadPorts of the DMA (its on-chip copies' and the 33 engines' STOREs' one read) and the router, all one
     # read port per memory; WBUF: the matrix unit's tile port
     assert (buffers["ABUF"]["copies"], buffers["WBUF"]["copies"]) == (1, 1)
@@ -49,14 +49,14 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
     lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
     assert ports["WBUF"]["LUT"] == 16 * aligned + lane + 17 * (1024 + 64 + 12) * 3
     assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 1024
-    # ABUF: the matrix unit's 16 aligned key/V^T lanes, 4 tile lanes (its x lane, the vector unit's 3), 2 shared
-    # reads (the DMA's, the router's: their 2,048-bit pairs of rows);
+    # ABUF: 4 tile lanes (the matrix unit's x lane, the vector unit's 3), 2 shared reads (the DMA's, the router's:
+    # their 2,048-bit pairs of rows); no weight lanes (the ISA puts every weight in WBUF);
     # the unit write: one of 4 shared writes (a 32-bit address, 64 words and 64 mask bits) shifted once, or the
     # on-chip DMA's two rows (2:1 over a chunk number and two rows with their enables); each of 17 memories selects
     # its row among the unit write's two and the crossbar's one (3 candidates)
     assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 64"] == 2
-    assert ports["requesters"]["ABUF"]["aligned tile lane of 64"] == 16
-    assert ports["ABUF"]["LUT"] == 16 * aligned + 4 * lane + 2 * (2 * 1024 * 17 + 1000) + 4 * (32 + 1024 + 64) + 3000 \
+    assert "aligned tile lane of 64" not in ports["requesters"]["ABUF"]
+    assert ports["ABUF"]["LUT"] == 4 * lane + 2 * (2 * 1024 * 17 + 1000) + 4 * (32 + 1024 + 64) + 3000 \
         + (32 + 2048 + 128) + 17 * (1024 + 64 + 11) * 3
     # the DMA's crossbar for both buffers: each of 17 memories selects a row, its enables and a 32-bit row address
     # among the 33 AXI ports' engines

@@ -10,9 +10,8 @@ import numpy as np
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, KVArea, Stat, align_up,
-                                          card_shapes, choose_abuf_plans, chunk_count, embedding_row, gathered_spans,
-                                          ln_block, piece_spans, region_align, weight_slot_words,
-                                          weight_stride)
+                                          chunk_count, embedding_row, gathered_spans, ln_block, piece_spans,
+                                          plan_buffers, region_align, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -21,7 +20,7 @@ from ringgpt.host.reference.models import weights_hash
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
 
-COMPILER_VERSION = 2
+COMPILER_VERSION = 3
 """Recorded in the image meta; bumped when the image layout changes incompatibly."""
 DEFAULT_WBUF_SLOTS = 2
 """Weight-buffer slots the stream rotates through: the DMA fills one while the matrix unit reads the other."""
@@ -446,18 +445,18 @@ class CardBuilder:
 
     def _attention_inputs(self, layer: int, group: int) -> int:
         """Emits the LOADs of a head group's earlier keys and values (rows 0 .. pos - 1 of the layer's KV cache)
-        into its KV area (V transposed); returns the area's address."""
+        into its KV area in the weight buffer (V transposed); returns the area's address."""
         plan, hd, kv = self.plan, self.ctx.dims.head_dim, self.kv_area
         start, stop = self.groups[group]
         gw, key_row = (stop - start) * hd, kv.key_row(stop - start)
-        area = plan["KV"] + (self.area_counter % plan.kv_areas) * kv.words
+        area = plan.kv_start + (self.area_counter % plan.kv_areas) * kv.words
         self.area_counter += 1
         cache, (keys, values) = self.kv[layer], self._kv_names(layer, group)
         for h0, h1, offset in self._key_slots(start, stop):
-            self.asm(Opcode.LOAD, dst=abuf(area + offset), src1=hbm(cache + h0 * kv.key_words), rows=reg(POS),
+            self.asm(Opcode.LOAD, dst=wbuf(area + offset), src1=hbm(cache + h0 * kv.key_words), rows=reg(POS),
                      n=(h1 - h0) * hd, dst_stride=key_row, src1_stride=self.key_width, writes=keys,
                      reads=f"KV cache L{layer}")
-        self.asm(Opcode.LOAD, dst=abuf(area + kv.values), src1=hbm(self._values_at(layer, start)), rows=gw,
+        self.asm(Opcode.LOAD, dst=wbuf(area + kv.values), src1=hbm(self._values_at(layer, start)), rows=gw,
                  n=reg(POS), dst_stride=kv.value_row, src1_stride=kv.value_row, writes=values,
                  reads=f"KV cache L{layer}")
         return area
@@ -481,8 +480,8 @@ class CardBuilder:
         """Appends the run's new K rows of every local head to the layer's K cache in HBM (position-major, each
         head's key in its slot, as attention loads them): one STORE, or one a head where a key is shorter than
         its slot. The V cache is transposed (one row of value_row words per dimension, so that attention loads
-        V^T as a plain 2-D block); its new columns are stored per head group by _attention, from the on-chip
-        transposed copy."""
+        V^T as a plain 2-D block); its new columns are stored per head group by _attention, by a transposed STORE
+        from the QKV block."""
         width, hd = self.kv_width, self.ctx.dims.head_dim
         for h0, h1, offset in self._key_slots(0, self.local_heads):
             self.asm(Opcode.STORE, dst=hbm(self.kv[layer] + offset, POS_KV), src1=abuf(self.plan["QKV"] + h0 * hd),
@@ -492,7 +491,8 @@ class CardBuilder:
     def _attention(self, layer: int, first_area: int | None) -> None:
         """Causal attention of the local heads over the keys 0 .. pos + rows - 1, each head's output into its
         columns of the gathered attention block. Per head group, the run's new keys and values are copied from
-        the QKV block into the KV area behind the earlier ones. The heads are software-pipelined: head h+1's
+        the QKV block into the KV area (in WBUF) behind the earlier ones, and the new values are stored to the V
+        cache, transposed, from the QKV block (a STORE reads ABUF only). The heads are software-pipelined: head h+1's
         scores are issued before head h's weighted sum, so the matrix unit works while the vector unit does
         head h's softmax; with one KV area (or one score area) the pending weighted sum is issued before the
         area is overwritten."""
@@ -509,15 +509,18 @@ class CardBuilder:
             keys, values_t = area, area + kv.values
             key_name, value_name = self._kv_names(layer, group)
             for h0, h1, offset in self._key_slots(start, stop):
-                a(Opcode.LOAD, dst=abuf(keys + offset, self.width_reg[key_row]), src1=abuf(qkv + h0 * hd),
+                a(Opcode.LOAD, dst=wbuf(keys + offset, self.width_reg[key_row]), src1=abuf(qkv + h0 * hd),
                   rows=reg(ROWS), n=(h1 - h0) * hd, dst_stride=key_row, src1_stride=3 * width, writes=key_name,
                   reads=L + "qkv")
-            a(Opcode.LOAD, dst=abuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
+            a(Opcode.LOAD, dst=wbuf(values_t, POS), src1=abuf(qkv + width + start * hd), rows=reg(ROWS), n=gw,
               dst_stride=kv.value_row, src1_stride=3 * width, flags={"transpose": 1}, writes=value_name,
               reads=L + "qkv")
-            a(Opcode.STORE, dst=hbm(self._values_at(layer, start), POS), src1=abuf(values_t, POS), rows=gw,
-              n=reg(ROWS), dst_stride=kv.value_row, src1_stride=kv.value_row, writes=f"KV cache L{layer}",
-              reads=value_name)
+            # the group's new values into the V cache, transposed (a word a job: rows x gw jobs). Here, ahead of the
+            # last weight loads, decode is fastest (later, the MLP's first MATMUL, which overwrites QKV, waits for
+            # it: +9 % on 1.5B's decode on 4 cards); a prompt would rather have it behind them (-3 %)
+            a(Opcode.STORE, dst=hbm(self._values_at(layer, start), POS), src1=abuf(qkv + width + start * hd),
+              rows=reg(ROWS), n=gw, dst_stride=kv.value_row, src1_stride=3 * width, flags={"transpose": 1},
+              writes=f"KV cache L{layer}", reads=L + "qkv")
             if group == len(self.groups) - 1:
                 self.stream.hold = len(self.pieces)
                 self.stream.fill()
@@ -556,7 +559,7 @@ class CardBuilder:
         scores = plan["SCORES"] + which * tmax * plan.max_rows
         score_name, max_name, _ = self._head_names(layer, h)
         self.asm(Opcode.MASKED_QK, dst=abuf(scores), src1=abuf(plan["QKV"] + 2 * self.kv_width + h * hd),
-                 src2=abuf(keys), aux=abuf(plan["S"] + Stat.ROWMAX[which]), rows=reg(ROWS), n=reg(TOKENS), k=hd,
+                 src2=wbuf(keys), aux=abuf(plan["S"] + Stat.ROWMAX[which]), rows=reg(ROWS), n=reg(TOKENS), k=hd,
                  pos=reg(POS), dst_stride=tmax, src1_stride=3 * self.kv_width, src2_stride=key_stride,
                  aux_stride=STAT_WORDS, writes=(score_name, max_name), reads=(f"L{layer}.qkv", key_name))
         return scores
@@ -580,7 +583,7 @@ class CardBuilder:
 
     def _weighted_values(self, layer: int, h: int, scores: int, values_t: int, value_name: str) -> None:
         plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
-        self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=abuf(values_t),
+        self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=wbuf(values_t),
                  rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
                  src2_stride=self.kv_area.value_row, writes=f"L{layer}.attn",
                  reads=(self._head_names(layer, h)[0], value_name))
@@ -631,13 +634,10 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
         if value is not None and value < 1:
             raise CompileError(f"{name}={value} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    slot_words = weight_slot_words(config.wbuf_words, wbuf_slots, region_align(config))
-    shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
-    plans = choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, kv_group,
-                              max_rows)
+    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, kv_group, max_rows)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.beat_words)
-    ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, slot_words,
+    ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, kv.slot_words,
                   lm_head_tied(model), 0, logits_offset)
     builders = [CardBuilder(ctx, card) for card in range(config.cards)]
     weights = has_weights(model)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
 from ringgpt.host.compiler.errors import CompileError
-from ringgpt.host.compiler.layout import card_shapes, choose_abuf_plans
+from ringgpt.host.compiler.layout import plan_buffers
 from ringgpt.host.compiler.partition import partition
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.errors import RingGPTError
@@ -83,6 +83,5 @@ def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: i
     if max_rows is not None and max_rows < 1:
         raise CompileError(f"max_rows={max_rows} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    shapes = card_shapes(part, dims.n_embd, config, wbuf_slots)
-    choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, None, max_rows)
+    plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows)
     return dims

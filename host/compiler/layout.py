@@ -1,5 +1,6 @@
 """Where everything lives on a card: the HBM memory map (with its capacity check), the activation-buffer
-plan (which also fixes the most tokens one run can process, `max_rows`) and the weight-buffer slots."""
+plan (which also fixes the most tokens one run can process, `max_rows`) and the weight buffer's slots and KV
+areas."""
 from __future__ import annotations
 
 import math
@@ -62,11 +63,11 @@ def weight_stride(k: int, align: int) -> int:
 
 @dataclass(frozen=True)
 class KVArea:
-    """Where a head group's keys and values lie in one of the activation buffer's KV areas, as the weights of
-    attention's MASKED_QK (the keys) and MATMUL (V^T), so on `align`-word boundaries (ArchConfig.weight_align,
-    hw/resolved.py's misaligned_weights): the keys position-major, a head's key in a slot of `key_words` (head_dim
-    rounded up to align), a position's row the group's slots; then V^T, one row of `value_row` words (max_context
-    rounded up to align) per dimension of the group's heads. GPT-2's head_dim (64) and a max_context of a
+    """Where a head group's keys and values lie in one of the weight buffer's KV areas, as the weights of
+    attention's MASKED_QK (the keys) and MATMUL (V^T), so in WBUF (the ISA's rule) and on `align`-word boundaries
+    (ArchConfig.weight_align, hw/resolved.py's misaligned_weights): the keys position-major, a head's key in a
+    slot of `key_words` (head_dim rounded up to align), a position's row the group's slots; then V^T, one row of
+    `value_row` words (max_context rounded up to align) per dimension of the group's heads. GPT-2's head_dim (64) and a max_context of a
     multiple of 64 need no rounding at u280."""
     head_dim: int
     max_context: int
@@ -96,9 +97,58 @@ class KVArea:
 
 
 def weight_slot_words(wbuf_words: int, slots: int, align: int) -> int:
-    """Words of one of the weight buffer's `slots` slots: an equal share, rounded down to `align` so that every
-    slot starts on a weight tile boundary."""
+    """Words of one of `slots` slots in `wbuf_words` words of the weight buffer: an equal share, rounded down to
+    `align` so that every slot starts on a weight tile boundary."""
     return wbuf_words // slots // align * align
+
+
+def kv_share(config, slots: int) -> int:
+    """Weight-buffer words the KV areas may take beside `slots` weight slots: a (slots + 1)-th of WBUF, what one
+    more slot would hold (u280, 2 slots: 1,485,482 words, room for 11 heads' keys and V^T at max_context 1,024)."""
+    return config.wbuf_words // (slots + 1)
+
+
+def group_heads(heads: int, group: int) -> int:
+    """The largest head group when `heads` heads are cut into groups of at most `group` (as evenly as they go:
+    build.CardBuilder.groups): what a card's KV area must hold."""
+    return -(-heads // -(-heads // group)) if heads else 0
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    """The weight buffer of every card: `slots` weight slots of `slot_words` from word 0, then `areas` KV areas
+    (KVArea, each a head group's keys and V^T, groups of at most `group` heads) from `start`."""
+    group: int
+    areas: int
+    slots: int
+    slot_words: int
+
+    @property
+    def start(self) -> int:
+        return self.slots * self.slot_words
+
+
+def choose_kv(config, head_dim: int, heads: list, max_context: int, slots: int, kv_group: int | None = None) -> KVPlan:
+    """The KV areas of cards with `heads` local heads each: the first candidate, from the largest head group and two
+    areas (the next group's keys and values load while this one's are read) to one head and one area, whose areas
+    fit the weight buffer's KV share (kv_share) on every card; the weight slots share the rest. `kv_group` forces the
+    group size. Raises CapacityError if not even one head's area fits."""
+    align, share = region_align(config), kv_share(config, slots)
+    max_heads = max(max(heads), 1)
+
+    def words(group: int, areas: int) -> int:
+        return max(areas * KVArea(head_dim, max_context, group_heads(h, group), align).words for h in heads)
+    for group in range(max_heads, 0, -1):
+        if kv_group is not None and group != min(kv_group, max_heads):
+            continue
+        for areas in (2, 1):
+            if words(group, areas) <= share:
+                return KVPlan(group, areas, slots,
+                              weight_slot_words(config.wbuf_words - words(group, areas), slots, align))
+    need = KVArea(head_dim, max_context, 1, align).words
+    raise CapacityError(f"the weight buffer ({config.wbuf_words:,} words) cannot hold one head's keys and V^T for "
+                        f"max_context={max_context} ({need:,} words) in its KV share ({share:,} words beside "
+                        f"{slots} weight slots): lower max_context, use more cards or fewer weight-buffer slots")
 
 
 @dataclass(frozen=True)
@@ -160,15 +210,16 @@ class AbufPlan:
     over a layer: first the gathered attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the
     score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it (and, where
     n_embd is not a multiple of the HBM beat, the embedding's staged token and position rows: embedding_row).
-    Fixed regions: LayerNorm parameters (two layers' blocks of ln_block words, alternating), KV areas (each a head
-    group's K [max_context x G hd] then V^T [G hd x max_context], their columns on weight_align boundaries:
-    KVArea), the final LayerNorm output and the logits. Every region but QKV and SCORES (which no transfer from
-    HBM writes) starts on region_align.
+    Fixed regions: LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm
+    output and the logits. Every region but QKV and SCORES (which no transfer from HBM writes) starts on
+    region_align. The card's KV areas are in WBUF (KVPlan): `kv_areas` areas of `kv_group` heads from `kv_start`.
     """
     max_rows: int
     kv_group: int
     """Heads whose keys and values are read from HBM together (the last group may be smaller)."""
     kv_areas: int
+    kv_start: int
+    """The weight-buffer word of the first KV area."""
     score_areas: int
     regions: dict
 
@@ -181,7 +232,8 @@ class AbufPlan:
 
     def to_dict(self) -> dict:
         return {"max_rows": self.max_rows, "kv_group": self.kv_group, "kv_areas": self.kv_areas,
-                "score_areas": self.score_areas, "regions": {k: list(v) for k, v in self.regions.items()}}
+                "kv_start": self.kv_start, "score_areas": self.score_areas,
+                "regions": {k: list(v) for k, v in self.regions.items()}}
 
 
 @dataclass(frozen=True)
@@ -221,14 +273,14 @@ def gathered_spans(spans: tuple, column_words: int, slot_words: int, align: int)
             return pieces
 
 
-def card_shapes(part, n_embd: int, config, wbuf_slots: int) -> list:
-    """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill the weight buffer's
-    `wbuf_slots` slots (weight_slot_words) in whole mpu_lanes column groups (an fc column: weight_stride(n_embd)
-    words and its bias)."""
+def card_shapes(part, n_embd: int, config, slot_words: int) -> list:
+    """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill weight-buffer slots of
+    `slot_words` (KVPlan) in whole mpu_lanes column groups (an fc column: weight_stride(n_embd) words and its
+    bias)."""
     staged = [0] * part.cards
     if part.cards > 1:
-        pieces = gathered_spans(part.ffn, weight_stride(n_embd, config.weight_align) + 1,
-                                weight_slot_words(config.wbuf_words, wbuf_slots, region_align(config)), config.mpu_lanes)
+        pieces = gathered_spans(part.ffn, weight_stride(n_embd, config.weight_align) + 1, slot_words,
+                                config.mpu_lanes)
         staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 
@@ -241,9 +293,8 @@ def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas
             "BIG": max(n_inner, d + qkv_width + score_areas * max_context, staged_embd)}
 
 
-def _fixed(d: int, card: CardShape, kv: KVArea, kv_areas: int, align: int) -> dict:
-    return {"LNP": 2 * ln_block(d, align), "LNFP": 2 * d, "KV": kv_areas * kv.words,
-            "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
+def _fixed(d: int, card: CardShape, align: int) -> dict:
+    return {"LNP": 2 * ln_block(d, align), "LNFP": 2 * d, "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
             "CHUNK_MAX": chunk_count(card.vocab_slice)}
 
 
@@ -258,24 +309,21 @@ def _place(sizes: dict, top: int, align: int) -> tuple[dict, int]:
     return regions, top
 
 
-def _plan_parts(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv_group: int,
-                kv_areas: int, score_areas: int) -> tuple[dict, int, dict]:
+def _plan_parts(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int,
+                score_areas: int) -> tuple[dict, int, dict]:
     """The fixed regions, the first word after them and the per-row regions' words a row."""
     qkv_width = 3 * card.local_heads * head_dim
     per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc, config.beat_words)
     align = region_align(config)
-    kv = KVArea(head_dim, max_context, kv_group, align)
-    return (*_place(_fixed(d, card, kv, kv_areas, align), 0, align), per_row)
+    return (*_place(_fixed(d, card, align), 0, align), per_row)
 
 
-def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv_group: int,
-              kv_areas: int, score_areas: int, max_rows: int | None = None) -> AbufPlan | None:
-    """The plan for one card on ArchConfig `config` (every region starting on region_align, the KV areas' columns
-    on weight_align: KVArea): with max_rows None, the most rows that fit (capped at max_context); None when not
-    even one row fits."""
-    kv_group = min(kv_group, card.local_heads)
-    regions, top, per_row = _plan_parts(config, d, n_inner, head_dim, card, max_context, kv_group, kv_areas,
-                                        score_areas)
+def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv: KVPlan,
+              score_areas: int, max_rows: int | None = None) -> AbufPlan | None:
+    """The plan for one card on ArchConfig `config` (every region starting on region_align), its KV areas as `kv`
+    places them: with max_rows None, the most rows that fit (capped at max_context); None when not even one row
+    fits."""
+    regions, top, per_row = _plan_parts(config, d, n_inner, head_dim, card, max_context, score_areas)
     align, limit = region_align(config), config.abuf_words
 
     def place(rows: int) -> tuple[dict, int]:
@@ -294,52 +342,47 @@ def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_
     qkv_width = 3 * card.local_heads * head_dim
     regions["QKV"] = (regions["BIG"][0] + d * max_rows, qkv_width * max_rows)
     regions["SCORES"] = (regions["QKV"][0] + qkv_width * max_rows, score_areas * max_context * max_rows)
-    return AbufPlan(max_rows, kv_group, kv_areas, score_areas, regions)
+    return AbufPlan(max_rows, group_heads(card.local_heads, kv.group), kv.areas, kv.start, score_areas, regions)
 
 
 ROW_TARGET = 96
-"""Prompt tokens per run below which the planner gives up KV-group size and double buffering for rows."""
+"""Prompt tokens per run below which the planner gives up the second score area for rows."""
 
 
-def _candidates(max_heads: int):
-    """(kv_group, kv_areas, score_areas) from the most overlap and fewest KV transfers to the least."""
-    for group in range(max_heads, 0, -1):
-        for kv_areas in (2, 1):
-            yield group, kv_areas, 2
-    yield 1, 1, 1
-
-
-def choose_abuf_plans(config, d: int, n_inner: int, head_dim: int, cards: list, max_context: int,
-                      kv_group: int | None = None, row_cap: int | None = None) -> list:
-    """One plan per card (CardShape each) on ArchConfig `config`, all with the same max_rows: the first candidate
-    (largest KV group, double-buffered KV and score areas first) that allows min(ROW_TARGET, max_context, row_cap)
-    rows per run, else the one with the most rows; max_rows is at most row_cap. `kv_group` forces the group size.
-    Raises CapacityError if no row fits."""
-    max_heads = max(max(c.local_heads for c in cards), 1)
+def choose_abuf_plans(config, d: int, n_inner: int, head_dim: int, cards: list, max_context: int, kv: KVPlan,
+                      row_cap: int | None = None) -> list:
+    """One plan per card (CardShape each) on ArchConfig `config`, all with the same max_rows: two score areas (the
+    next head's scores are computed while this one's softmax runs) if they allow min(ROW_TARGET, max_context,
+    row_cap) rows per run, else the choice with the most rows; max_rows is at most row_cap. Raises CapacityError
+    if no row fits."""
     row_cap = min(max_context, row_cap or max_context)
     target = min(ROW_TARGET, row_cap)
     best = None
-    for group, kv_areas, score_areas in _candidates(max_heads):
-        if kv_group is not None and group != min(kv_group, max_heads):
-            continue
-        plans = [plan_abuf(config, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas)
-                 for c in cards]
+    for score_areas in (2, 1):
+        plans = [plan_abuf(config, d, n_inner, head_dim, c, max_context, kv, score_areas) for c in cards]
         if any(p is None for p in plans):
             continue
         rows = min(p.max_rows for p in plans)
         if best is None or rows > best[0]:
-            best = (rows, group, kv_areas, score_areas)
+            best = (rows, score_areas)
         if rows >= target:
             break
     if best is None:
         worst = max(cards, key=lambda c: (c.local_heads, c.vocab_slice))
-        _, top, per_row = _plan_parts(config, d, n_inner, head_dim, worst, max_context,
-                                      min(kv_group or 1, worst.local_heads), 1, 1)
+        _, top, per_row = _plan_parts(config, d, n_inner, head_dim, worst, max_context, 1)
         need = _place(per_row, top, region_align(config))[1]
         raise CapacityError(f"the activation buffer ({config.abuf_words:,} words) cannot hold even one token's "
-                            f"activations and one head group's KV cache for max_context={max_context} ({need:,} "
-                            "words): lower max_context, use more cards or a smaller KV group")
-    rows, group, kv_areas, score_areas = best
+                            f"activations and scores for max_context={max_context} ({need:,} words): lower "
+                            "max_context, use more cards or a smaller model")
+    rows, score_areas = best
     rows = min(rows, row_cap)
-    return [plan_abuf(config, d, n_inner, head_dim, c, max_context, group, kv_areas, score_areas, rows)
-            for c in cards]
+    return [plan_abuf(config, d, n_inner, head_dim, c, max_context, kv, score_areas, rows) for c in cards]
+
+
+def plan_buffers(config, dims, part, max_context: int, slots: int, kv_group: int | None = None,
+                 max_rows: int | None = None) -> tuple[KVPlan, list]:
+    """The weight buffer's plan (choose_kv) and each card's activation-buffer plan (choose_abuf_plans) of a model
+    (ModelDims `dims`) cut over the cards by partition `part`."""
+    kv = choose_kv(config, dims.head_dim, [h1 - h0 for h0, h1 in part.heads], max_context, slots, kv_group)
+    shapes = card_shapes(part, dims.n_embd, config, kv.slot_words)
+    return kv, choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, kv, max_rows)

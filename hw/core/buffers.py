@@ -32,8 +32,9 @@ three (its engine row and the unit write's two chunks), where a choice among eve
 one cycle take two. A plain `ReadPort` or
 `WritePort` (the harness's dump and load) is still a memory port of its own (docs/rtl-core.md, "Resources").
 
-WBUF's two banks are the halves of its address space (the DMA fills one while the matrix unit reads the
-other); they need no memories of their own, as any port reaches any address. Ports are
+WBUF's weight slots (the DMA fills one while the matrix unit reads another) and KV areas are the compiler's
+cuts of its address space (host/compiler/layout.py); they need no memories of their own, as any port reaches any
+address. Ports are
 named by what they carry (`abuf_tiles`, `wbuf_dst`, ...); `WriteArbiter` shares one write port between two
 clients. Reads return data READ_LATENCY = 1 cycle after the address; writes past the buffer's end are
 dropped.

@@ -68,7 +68,7 @@ class ErrorCode(enum.Enum, shape=4):
     simulator (no address is checked). A unit takes its error path, writing nothing, and `reported` turns the
     code into NONE on its Completion."""
     MISALIGNED = 10
-    """A MATMUL's or MASKED_QK's weights (in WBUF or ABUF) start, or step from column to column, off a multiple of
+    """A MATMUL's or MASKED_QK's weights (in WBUF) start, or step from column to column, off a multiple of
     `ArchConfig.weight_align` words (hw/resolved.misaligned_weights); or a LOAD's or GATHER's HBM/host words lie at
     other offsets within the beat than their buffer words (hw/resolved.misaligned_transfer)."""
 

@@ -1,7 +1,7 @@
 """The matrix unit: MATMUL (FP32 bias, fused GELU) and MASKED_QK (causal mask, row max into aux).
 
     ABUF x tile (mac_width words) ──broadcast──┬─▶ MacTreeCore lane 0 ─▶ TileAccumulator ─┐
-    WBUF/ABUF weight tiles (lanes x mac_width) ├─▶ MacTreeCore lane 1 ─▶ TileAccumulator ─┤
+    WBUF weight tiles (lanes x mac_width)      ├─▶ MacTreeCore lane 1 ─▶ TileAccumulator ─┤
                                                └─▶ ...                                   │
       ┌──────────────────────────────────────────────────────────────────────────────────┘
       └─▶ + bias (FP16 -> FP32 exact, FP32 add) ─▶ ToFP16 ─▶ GELU? ─▶ mask? ─▶ ABUF dst (lanes words)
@@ -14,10 +14,11 @@ set; so consecutive tiles of one sum are at least loop_latency beats apart and t
 stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2 * loop_latency
 remain (so `contexts` = 2 * loop_latency - 1). Each beat uses one x tile (broadcast to all lanes; read
 only when its address differs from the previous beat's, else the tile port's kept rows serve it again:
-consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from one buffer), both zero-padded past k, and a pair's
-last beat also reads the pair's mpu_lanes bias words (a weight: in WBUF, as the ISA requires), which wait with
-the pair's row and group in a FIFO for its sums. All of a beat's reads are the lanes of the two buffers'
-TileReadPorts (`abuf_tiles`: weights, x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
+consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from
+WBUF, where the ISA puts every weight: the layers' weights, attention's keys and V^T), both zero-padded past k,
+and a pair's last beat also reads the pair's mpu_lanes bias words (in WBUF too), which wait with the pair's row
+and group in a FIFO for its sums. All of a beat's reads are the lanes of the two buffers' TileReadPorts
+(`abuf_tiles`: x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
 """
 from __future__ import annotations
 
@@ -94,8 +95,8 @@ class MatrixUnit(wiring.Component):
         self.overhead = 4
         """Cycles of the accept, check, drain-detect and done steps."""
         L, W = self.lanes, self.width
-        self.x_lane, self.bias_lane = L, L      # x: in ABUF's port; the bias (isa: in WBUF) in WBUF's
-        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(L + 1, W, (W,) * (L + 1), aligned=(True,) * L + (False,))),
+        self.bias_lane = L      # after the weight lanes in WBUF's port (isa: weights and bias in WBUF)
+        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(1, W, (W,), aligned=(False,))),
                  "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,), aligned=(True,) * L + (False,)))}
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
@@ -110,8 +111,7 @@ class MatrixUnit(wiring.Component):
         core = frozen.core  # everything else: frozen while a beat's tiles take more than one cycle
         tile_data = {Space.ABUF: frozen.data["abuf"], Space.WBUF: frozen.data["wbuf"]}
         requests = {Space.ABUF: frozen.request["abuf"], Space.WBUF: frozen.request["wbuf"]}
-        w_abuf, w_wbuf = tile_data[Space.ABUF], tile_data[Space.WBUF]
-        x_data = w_abuf[self.x_lane]
+        x_data, weights = tile_data[Space.ABUF][0], tile_data[Space.WBUF]
         stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = _log2(W), _log2(L)
@@ -119,21 +119,23 @@ class MatrixUnit(wiring.Component):
         held = Signal(IssueLayout)
         r = resolve(core, held)
         inst = held.inst
-        (s_dst, dst), (s_src1, src1), (s_src2, src2), (s_aux, aux) = (r[o] for o in ("dst", "src1", "src2", "aux"))
+        dst, src1, src2 = (r[o][1] for o in ("dst", "src1", "src2"))
+        s_aux, aux = r["aux"]
         rows, n, k, pos = r["rows"], r["n"], r["k"], r["pos"]
         qk = inst.opcode == Opcode.MASKED_QK
         gelu = inst.flags.gelu
         has_bias = ~qk & (s_aux != Space.NONE)
 
         # --- checks -------------------------------------------------------------------------
-        def fits(space, base, nrows, cols, stride):
-            return Mux(space == Space.ABUF, block_fits(base, nrows, cols, stride, cfg.abuf_words),
-                       block_fits(base, nrows, cols, stride, cfg.wbuf_words))
-        checks = check_instruction(core, inst, self.opcodes)
-        in_range = (fits(s_src1, src1, rows, k, r["src1_stride"]) & fits(s_src2, src2, n, k, r["src2_stride"])
-                    & fits(s_dst, dst, rows, n, r["dst_stride"])
-                    & Mux(qk, fits(s_aux, aux, rows, 1, r["aux_stride"]),
-                          Mux(has_bias, fits(s_aux, aux, 1, n, 0), 1)))
+        def in_abuf(base, nrows, cols, stride):
+            return block_fits(base, nrows, cols, stride, cfg.abuf_words)
+
+        def in_wbuf(base, nrows, cols, stride):
+            return block_fits(base, nrows, cols, stride, cfg.wbuf_words)
+        checks = check_instruction(core, inst, self.opcodes)   # the spaces the ISA allows: x, dst, row max in ABUF
+        in_range = (in_abuf(src1, rows, k, r["src1_stride"]) & in_wbuf(src2, n, k, r["src2_stride"])
+                    & in_abuf(dst, rows, n, r["dst_stride"])
+                    & Mux(qk, in_abuf(aux, rows, 1, r["aux_stride"]), Mux(has_bias, in_wbuf(aux, 1, n, 0), 1)))
         # weights on weight_align boundaries: each lane's tile is one row of its buffer's memories (an aligned lane)
         la = _log2(cfg.weight_align)
         misaligned = (src2[:la] != 0) | (r["src2_stride"][:la] != 0)
@@ -196,25 +198,23 @@ class MatrixUnit(wiring.Component):
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
         # one beat: the lanes' weight tiles, the x tile (ABUF) and, at a pair's last tile, its bias (aux + g * L)
         tile_base = t << lw
-        weights_abuf = s_src2 == Space.ABUF
         # x is read only when it differs from the previous beat's: a lane not enabled keeps its rows
         x_addr, x_last = Signal(ADDRESS_BITS, name="x_addr"), Signal(ADDRESS_BITS, name="x_last")
         x_kept = Signal(name="x_kept")
         core.d.comb += [x_addr.eq(src1 + cur_r * r["src1_stride"] + tile_base),
-                        requests[Space.ABUF].addr[self.x_lane].eq(x_addr),
-                        requests[Space.ABUF].en[self.x_lane].eq(issuing & ~(x_kept & (x_addr == x_last)))]
+                        requests[Space.ABUF].addr[0].eq(x_addr),
+                        requests[Space.ABUF].en[0].eq(issuing & ~(x_kept & (x_addr == x_last)))]
         with core.If(issuing):
             core.d.sync += [x_last.eq(x_addr), x_kept.eq(1)]
         with core.If(~running):
             core.d.sync += x_kept.eq(0)
-        for space, request in requests.items():
-            for lane in range(L):
-                column = cur_g * L + lane
-                core.d.comb += [request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
-                                request.en[lane].eq(issuing & (column < n) & (s_src2 == space))]
-        bias_request = requests[Space.WBUF]
-        core.d.comb += [bias_request.addr[self.bias_lane].eq(aux + cur_g * L),
-                        bias_request.en[self.bias_lane].eq(issuing & last_tile & has_bias)]
+        w_request = requests[Space.WBUF]
+        for lane in range(L):
+            column = cur_g * L + lane
+            core.d.comb += [w_request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
+                            w_request.en[lane].eq(issuing & (column < n))]
+        core.d.comb += [w_request.addr[self.bias_lane].eq(aux + cur_g * L),
+                        w_request.en[self.bias_lane].eq(issuing & last_tile & has_bias)]
         beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
                                          "r": 32, "g": 32}))
         core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
@@ -225,7 +225,7 @@ class MatrixUnit(wiring.Component):
         meta_layout = data.StructLayout({"r": 32, "g": 32, "bias": data.ArrayLayout(16, L)})
         core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
                                                     depth=2 + READ_LATENCY + self.tree_latency + self.latency)
-        bias_read = tile_data[Space.WBUF][self.bias_lane].as_value()[:16 * L]
+        bias_read = weights[self.bias_lane].as_value()[:16 * L]
         core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last), meta.w_data.eq(Cat(beat1.r, beat1.g, bias_read))]
 
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]
@@ -233,10 +233,9 @@ class MatrixUnit(wiring.Component):
         tag = pipe(core, beat1, self.tree_latency, name="tag")
         for lane in range(L):
             tree = core.submodules[f"tree{lane}"] = MacTreeCore(W)
-            wa, wb = w_abuf[lane], w_wbuf[lane]
             for i in range(W):
                 core.d.comb += [tree.i.x[i].eq(Mux(in_k[i], x_data[i], 0)),
-                             tree.i.w[i].eq(Mux(in_k[i], Mux(weights_abuf, wa[i], wb[i]), 0))]
+                             tree.i.w[i].eq(Mux(in_k[i], weights[lane][i], 0))]
             acc = core.submodules[f"acc{lane}"] = TileAccumulator(self.contexts)
             accs.append(acc)
             core.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),

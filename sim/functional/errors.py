@@ -22,7 +22,7 @@ class AddressFault(SimulatorError):
 
 
 class AlignmentFault(SimulatorError):
-    """A MATMUL's or MASKED_QK's weights (in WBUF or ABUF) off the matrix unit's boundaries (hw/resolved.misaligned_weights),
+    """A MATMUL's or MASKED_QK's weights (in WBUF) off the matrix unit's boundaries (hw/resolved.misaligned_weights),
     or a LOAD's or GATHER's HBM/host words at other offsets within the beat than their buffer words
     (hw/resolved.misaligned_transfer); the RTL's ErrorCode.MISALIGNED."""
 

@@ -1,6 +1,6 @@
 """cocotb testbench of the matrix unit in the single-instruction harness (Datapath("matrix")):
-random MATMUL (with and without FP32 bias from ABUF or WBUF, with and without GELU, weights in WBUF
-or ABUF) and MASKED_QK instructions: dimensions 1, lane and tile edges and non-multiples, strides
+random MATMUL (with and without FP32 bias, with and without GELU; weights and bias in WBUF, as the ISA
+requires) and MASKED_QK instructions: dimensions 1, lane and tile edges and non-multiples, strides
 (zero and overlapping source rows included), register-relative operands and dimensions (R0 holding
 garbage that must read as 0), operand data with NaN, Inf, signed zeros and subnormals. Every word of
 ABUF and WBUF is compared with the functional simulator after each instruction. Bad instruction
@@ -57,12 +57,10 @@ def matrix_case(rng, cfg, op: Opcode):
         s1 = stride_for(rng, k, overlap=True)
         s2 = stride_for(rng, k, overlap=True)
         sd = stride_for(rng, n, overlap=False)
-        w_space = Space.WBUF if rng.random() < 0.6 else Space.ABUF
         abuf = {"src1": extent(rows, k, s1), "dst": extent(rows, n, sd)}
-        wbuf = {}
         # the weights on weight_align boundaries (their block has room to round its base up)
         s2 = -(-s2 // cfg.weight_align) * cfg.weight_align
-        (wbuf if w_space == Space.WBUF else abuf)["src2"] = extent(n, k, s2) + cfg.weight_align - 1
+        wbuf = {"src2": extent(n, k, s2) + cfg.weight_align - 1}
         aux_space, sa = Space.NONE, 0
         if op == Opcode.MASKED_QK:
             aux_space, sa = Space.ABUF, int(rng.integers(1, 4))
@@ -76,7 +74,7 @@ def matrix_case(rng, cfg, op: Opcode):
     bases = {**a_bases, **w_bases}
     bases["src2"] = -(-bases["src2"] // cfg.weight_align) * cfg.weight_align
     regs = new_regs()
-    spaces = {"dst": Space.ABUF, "src1": Space.ABUF, "src2": w_space, "aux": aux_space}
+    spaces = {"dst": Space.ABUF, "src1": Space.ABUF, "src2": Space.WBUF, "aux": aux_space}
 
     def operand(name):
         if spaces[name] == Space.NONE:
@@ -145,6 +143,7 @@ async def bad_instructions_raise_errors(dut):
             ("unused field rd", inst, regs, set_field(word, "rd", 3), ErrorCode.RESERVED),
             ("src1 in WBUF", inst, regs, set_field(word, "src1.space", Space.WBUF.value), ErrorCode.BAD_SPACE),
             ("dst in HBM", inst, regs, set_field(word, "dst.space", Space.HBM.value), ErrorCode.BAD_SPACE),
+            ("weights in ABUF", inst, regs, set_field(word, "src2.space", Space.ABUF.value), ErrorCode.BAD_SPACE),
             ("rows 0: a no-op", decode(set_field(set_field(word, "rows.reg", 0), "rows.imm", 0)), regs, None,
              ErrorCode.NONE),
             ("k 0", inst, regs, set_field(set_field(word, "k.reg", 0), "k.imm", 0), ErrorCode.ZERO_DIM),
@@ -154,16 +153,15 @@ async def bad_instructions_raise_errors(dut):
              ErrorCode.OUT_OF_RANGE),
         ]
     cases.append(("gelu on MASKED_QK", inst, regs, set_field(inst.encode(), "flags.gelu", 1), ErrorCode.RESERVED))
-    # weights off weight_align boundaries, in WBUF and in ABUF: their start (through R3 = 1), or their column stride
+    # weights off weight_align boundaries: their start (through R3 = 1), or their column stride
     align = cfg.weight_align
     aligned = dict(dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.ABUF, 0, 512), src2=Operand(Space.WBUF, 0, 0),
                    rows=Dim(0, 2), n=Dim(0, 3), k=Dim(0, align), dst_stride=3, src1_stride=align, src2_stride=align)
     r3 = [0, 0, 0, 1] + [0] * 12
-    for label, change in (("WBUF weights start off a tile boundary", {"src2": Operand(Space.WBUF, 3, 2 * align)}),
-                          ("WBUF weights step off a tile boundary", {"src2_stride": align + align // 2}),
-                          ("ABUF weights start off a tile boundary", {"src2": Operand(Space.ABUF, 3, 1024)}),
-                          ("ABUF weights step off a tile boundary", {"src2": Operand(Space.ABUF, 0, 1024),
-                                                                     "src2_stride": 2 * align - 1})):
+    for label, change in (("weights start off a tile boundary", {"src2": Operand(Space.WBUF, 3, 2 * align)}),
+                          ("weights step off a tile boundary", {"src2_stride": align + align // 2}),
+                          ("weights start and step off", {"src2": Operand(Space.WBUF, 3, 1024),
+                                                          "src2_stride": 2 * align - 1})):
         misaligned = Instruction.make(Opcode.MATMUL, **{**aligned, **change})
         cases.append((label, misaligned, r3, misaligned.encode(), ErrorCode.MISALIGNED))
     vadd = Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF), src2=Operand(Space.ABUF),
@@ -183,9 +181,8 @@ async def full_rate(dut):
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart, as the alignment rule
     makes them), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair), the x tile with a key tile (one a row; one a run of beats that re-use it), a row maximum written in a
-    cycle with results (one: ABUF's one unit write), or weight columns share a memory. (Both buffers cannot be
-    slow at once: x alone never stalls, and the bias, in WBUF, meets only weights in WBUF.)"""
+    pair), a row maximum written in a cycle with results (one: ABUF's one unit write), or weight columns share a
+    memory. (x, alone in ABUF's tile port, never stalls: the weights and the bias are in WBUF.)"""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -198,8 +195,8 @@ async def full_rate(dut):
     abuf = lambda address: Operand(Space.ABUF, 0, address)      # noqa: E731
     for op, rows, n, k, extra, stalls in (
             (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0),
-            # weights in ABUF, columns of 2 * W + 1 words 3 * W apart: three tiles, the last one word
-            (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": abuf(1536), "src2_stride": 3 * W}, None),
+            # columns of 2 * W + 1 words 3 * W apart: three tiles, the last one word
+            (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": wbuf(512), "src2_stride": 3 * W}, None),
             # 6 pairs, one beat each: rows 0's and 1's maxima fall in the cycles of pairs 3's and 5's results, and
             # ABUF takes one unit write a cycle, so each waits a cycle (row 2's comes after the last results)
             (Opcode.MASKED_QK, 3, 2 * L, W, {}, 2), (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
@@ -207,11 +204,6 @@ async def full_rate(dut):
             # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
             (Opcode.MATMUL, 1, L, W, {"aux": wbuf(period)}, 1),
-            # keys in ABUF, rows one chunk apart from a whole period on: x row r and key column r in one memory
-            (Opcode.MASKED_QK, 2, L, W, {"src2": abuf(1024 + period)}, 2),
-            # one row of two column groups: the second beat re-uses the x tile, so only column 0 meets it (column L + 1,
-            # in the same memory, would too if x were read again)
-            (Opcode.MASKED_QK, 1, 2 * L, W, {"src2": abuf(1024 + period)}, 1),
             # 3 weight columns a period apart: 3 cycles a beat
             (Opcode.MATMUL, 1, 3, W, {"src2_stride": period}, 2)):
         fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
