@@ -432,7 +432,8 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     # both within one LUT-RAM primitive's 32 rows.
     from ringgpt.hw.core.controller import Controller
     rows["Scoreboard (whole)"] = _add({}, synth(f"Scoreboard({target.name})", lambda: Scoreboard(target)))
-    whole, scoreboard = (synth(f"{cls.__name__}(sim-small)", lambda cls=cls: cls(small)) for cls in (Controller, Scoreboard))
+    whole, scoreboard = (synth(f"{cls.__name__}(sim-small)", lambda cls=cls: cls(small))
+                         for cls in (Controller, Scoreboard))
     rows["Controller less its scoreboard (sim-small)"] = {key: max(0, whole.get(key, 0) - scoreboard.get(key, 0))
                                                           for key in whole}
     buffers = buffer_estimate(target)

@@ -289,6 +289,13 @@ def test_wbuf_too_small_for_the_context_is_a_clear_error():
         compile_model(model, get_config("sim-small", 1), 2048)
 
 
+def test_a_forced_kv_group_too_large_names_the_group():
+    """GPT-2 345M's 16 heads at max_context 1024 in one group (2 M words) exceed u280's KV share (1.49 M words)."""
+    with pytest.raises(CapacityError, match=r"cannot hold a group of 16 heads' keys and V\^T for max_context=1024 "
+                                            r"\(2,097,152 words\) .*: lower max_context, a smaller kv_group"):
+        compile_model(meta_model("gpt2-355m"), get_config("u280", 1), 1024, kv_group=16)
+
+
 def test_abuf_too_small_for_one_row_is_a_clear_error():
     model = meta_model("n_layer=1,n_embd=16384,n_head=256,n_positions=64,vocab_size=100")
     with pytest.raises(CapacityError, match=r"activation buffer .* one token's activations and scores"):

@@ -67,8 +67,8 @@ class KVArea:
     attention's MASKED_QK (the keys) and MATMUL (V^T), so in WBUF (the ISA's rule) and on `align`-word boundaries
     (ArchConfig.weight_align, hw/resolved.py's misaligned_weights): the keys position-major, a head's key in a
     slot of `key_words` (head_dim rounded up to align), a position's row the group's slots; then V^T, one row of
-    `value_row` words (max_context rounded up to align) per dimension of the group's heads. GPT-2's head_dim (64) and a max_context of a
-    multiple of 64 need no rounding at u280."""
+    `value_row` words (max_context rounded up to align) per dimension of the group's heads. GPT-2's head_dim (64)
+    and a max_context of a multiple of 64 need no rounding at u280."""
     head_dim: int
     max_context: int
     kv_group: int
@@ -145,10 +145,13 @@ def choose_kv(config, head_dim: int, heads: list, max_context: int, slots: int, 
             if words(group, areas) <= share:
                 return KVPlan(group, areas, slots,
                               weight_slot_words(config.wbuf_words - words(group, areas), slots, align))
-    need = KVArea(head_dim, max_context, 1, align).words
-    raise CapacityError(f"the weight buffer ({config.wbuf_words:,} words) cannot hold one head's keys and V^T for "
+    forced = kv_group is not None and kv_group > 1
+    what = f"a group of {min(kv_group, max_heads)} heads'" if forced else "one head's"
+    need = words(min(kv_group, max_heads) if forced else 1, 1)
+    raise CapacityError(f"the weight buffer ({config.wbuf_words:,} words) cannot hold {what} keys and V^T for "
                         f"max_context={max_context} ({need:,} words) in its KV share ({share:,} words beside "
-                        f"{slots} weight slots): lower max_context, use more cards or fewer weight-buffer slots")
+                        f"{slots} weight slots): lower max_context{', a smaller kv_group' if forced else ''}, use "
+                        "more cards or fewer weight-buffer slots")
 
 
 @dataclass(frozen=True)
