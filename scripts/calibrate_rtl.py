@@ -64,14 +64,14 @@ SHORT = {
     "LOAD HBM -> WBUF, then a MATMUL reading it": ["LOAD dst=WBUF[0] src1=HBM[0] rows=1 n=1024", MATMUL],
     "3 LOADs HBM -> WBUF, 1 x 256 each": [f"LOAD dst=WBUF[{256 * i}] src1=HBM[{256 * i}] rows=1 n=256"
                                           for i in range(3)],
-    "LOAD HBM -> ABUF, 16 x 24, stride 100": ["LOAD dst=ABUF[0] src1=HBM[0] rows=16 n=24 dst_stride=24 "
-                                              "src1_stride=100"],
+    "LOAD HBM -> ABUF, 16 x 24, stride 96": ["LOAD dst=ABUF[0] src1=HBM[0] rows=16 n=24 dst_stride=24 "
+                                             "src1_stride=96"],
     "LOAD HBM -> ABUF transposed, 16 x 20": ["LOAD dst=ABUF[0] src1=HBM[0] rows=16 n=20 dst_stride=16 "
                                              "src1_stride=64 +transpose"],
     "STORE ABUF -> HBM, 1 x 512": ["STORE dst=HBM[4096] src1=ABUF[0] rows=1 n=512"],
     "STORE ABUF -> HBM transposed, 4 x 16": ["STORE dst=HBM[4096] src1=ABUF[0] rows=4 n=16 dst_stride=64 "
                                              "src1_stride=16 +transpose"],
-    "LOAD HOST -> ABUF, 1 x 100": ["LOAD dst=ABUF[500] src1=HOST[0] rows=1 n=100"],
+    "LOAD HOST -> ABUF, 1 x 100": ["LOAD dst=ABUF[504] src1=HOST[0] rows=1 n=100"],
     "STORE ABUF -> HOST, 1 x 64": ["STORE dst=HOST[0] src1=ABUF[0] rows=1 n=64"],
     "GATHER 3 rows of 32 from HBM, indices 0, 1, 2 from HOST": [
         "GATHER dst=ABUF[1000] src1=HBM[0] src2=HOST[0] rows=3 n=32 src1_stride=32"],
@@ -134,18 +134,30 @@ HEADER = ("| {} | RTL cycles | model cycles | model error | " +
           " | ".join(f"{u} busy RTL / model" for u in BUSY_UNITS) + " |\n|---|---:|---:|---:|" + "---:|" * len(BUSY_UNITS))
 
 
+def card_programs(config: ArchConfig, lines: list) -> list:
+    """One SHORT program's `lines` and TAIL, a Program per card (ALLGATHER's slice fields filled per card)."""
+    texts = []
+    for card, (n, k) in enumerate(GATHER_SLICES[:config.cards]):
+        text = "\n".join(lines + [TAIL]).format(n=n, k=k, src=100 + k)
+        texts.append(Program(assemble(text), config.name, config.hash, card, config.cards))
+    return texts
+
+
+def run_on_model(config: ArchConfig, lines: list) -> list:
+    """The cycle model's (cycles, busy per unit) per card for one SHORT program."""
+    model = SimulatorDevice(config)
+    model.load(ApplianceImage(config, [CardImage(p, [], SHORT_HBM_WORDS, SHORT_HOST_WORDS)
+                                       for p in card_programs(config, lines)]))
+    model.write_host(0, 0, GATHER_INDICES)
+    model.run(0, 1)
+    return model_cards(model)
+
+
 def short_programs(config: ArchConfig, simulator: str) -> list:
     """Table rows of the SHORT programs on `config.cards` cards (the ALLGATHER on 2, every other on 1)."""
     chosen = {name: lines for name, lines in SHORT.items() if name.startswith("ALLGATHER") == (config.cards > 1)}
-
-    def programs(lines):
-        texts = []
-        for card, (n, k) in enumerate(GATHER_SLICES[:config.cards]):
-            text = "\n".join(lines + [TAIL]).format(n=n, k=k, src=100 + k)
-            texts.append(Program(assemble(text), config.name, config.hash, card, config.cards))
-        return texts
-
-    image = ApplianceImage(config, [CardImage(p, [], SHORT_HBM_WORDS, SHORT_HOST_WORDS) for p in programs([])])
+    image = ApplianceImage(config, [CardImage(p, [], SHORT_HBM_WORDS, SHORT_HOST_WORDS)
+                                    for p in card_programs(config, [])])
     rtl = RtlDevice(config, simulator=simulator)
     rows = []
     try:
@@ -153,14 +165,9 @@ def short_programs(config: ArchConfig, simulator: str) -> list:
         for card in range(config.cards):
             rtl.write_host(card, 0, GATHER_INDICES)
         for name, lines in chosen.items():
-            rtl.load_programs(programs(lines))
+            rtl.load_programs(card_programs(config, lines))
             rtl.run(0, 1)
-            model = SimulatorDevice(config)
-            model.load(ApplianceImage(config, [CardImage(p, [], SHORT_HBM_WORDS, SHORT_HOST_WORDS)
-                                               for p in programs(lines)]))
-            model.write_host(0, 0, GATHER_INDICES)
-            model.run(0, 1)
-            rows.append(row(name, rtl_cards(rtl), model_cards(model)))
+            rows.append(row(name, rtl_cards(rtl), run_on_model(config, lines)))
             print(rows[-1], flush=True)
     finally:
         rtl.close()
