@@ -71,9 +71,9 @@ def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, 
 def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     """Cycles the matrix unit stalls while a MATMUL's or MASKED_QK's tiles are read and its results written
     (hw/core/matrix.py), alone on the buffers: beat (row, column group g, tile t) reads, as lanes of WBUF's
-    TileReadPort, its weight tiles (weight_beat_cycles' lanes) and, at a pair's last tile, the MATMUL's bias
-    (mpu_lanes words at aux + g * mpu_lanes), and takes their tile_read_cycles; its x tile, alone in ABUF's
-    TileReadPort, never stalls (its two chunks lie in two memories). A MASKED_QK also writes each row's maximum
+    TileReadPort, its weight tiles (weight_beat_cycles' lanes) and, at the pair's tile `_bias_tiles` chooses,
+    the MATMUL's bias (mpu_lanes words at aux + g * mpu_lanes), and takes their tile_read_cycles; its x tile,
+    alone in ABUF's TileReadPort, never stalls (its two chunks lie in two memories). A MASKED_QK also writes each row's maximum
     (aux) beside its results (dst), through ABUF's one unit write a cycle (hw/core/buffers.py): where the two fall
     in one cycle, the second waits a cycle (`_write_cycles`). The unit is frozen for every cycle either needs
     beyond one."""
@@ -100,7 +100,7 @@ def _matrix_stalls(weights: tuple, bias: int | None, writes: bool, rows: int, n:
     starts, enabled, words = [weights[0] + column * weights[1] + t * W], [column < n], [W] * L
     if bias is not None:
         starts.append(np.broadcast_to(bias + g[..., :1] * L, one))
-        enabled.append(t[..., :1] == tiles - 1)
+        enabled.append(t[..., :1] == _bias_tiles(weights, bias, groups, tiles, cfg)[g[..., :1]])
         words.append(L)
     cycles = tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1), np.array(words),
                               cfg.buffer_chunk_words, cfg.buffer_banks)
@@ -113,6 +113,17 @@ def _matrix_stalls(weights: tuple, bias: int | None, writes: bool, rows: int, n:
     size = max(len(need), len(write_need))
     need, write_need = (np.pad(a, (0, size - len(a)), constant_values=1) for a in (need, write_need))
     return int((np.maximum(need, write_need) - 1).sum())
+
+
+def _bias_tiles(weights: tuple, bias: int, groups: int, tiles: int, cfg: ArchConfig) -> np.ndarray:
+    """The tile at which each column group's pairs read their bias (hw/core/matrix.py): the first whose weight
+    lanes leave the bias's (first) memory free, that is whose lane mpu_lanes, one past the last, would fall in
+    it, else the last tile."""
+    L, C, P = cfg.mpu_lanes, cfg.buffer_chunk_words, cfg.buffer_banks
+    g, t = np.meshgrid(np.arange(groups), np.arange(tiles), indexing="ij")
+    free = (weights[0] + (g * L + L) * weights[1] + t * cfg.mac_width) // C % P
+    match = free == (bias + g * L) // C % P
+    return np.where(match.any(axis=1), match.argmax(axis=1), tiles - 1)
 
 
 def _beat_times(pairs: int, tiles: int, cfg: ArchConfig) -> np.ndarray:

@@ -53,13 +53,20 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
      (Unit.MATRIX, 4 + 2 + 2 * 3 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=2, n=4, k=8, src2=(Space.WBUF, 0), src2_stride=12),
      (Unit.MATRIX, 4 + 2 + 2 * 1 + 33, 0, 0, 0), "matrix"),
-    # the bias, read at a pair's last tile with the weights (4 columns 8 words apart: memories 0..3 of WBUF): in the
+    # one tile: the bias, read with it and the weights (4 columns 8 words apart: memories 0..3 of WBUF): in the
     # free memory 4 (aux 32) no stall; at aux 40 (memory 0, another row than column 0's chunk) 1 stall. (x, alone in
     # ABUF's tile port since the keys and V^T are in WBUF, never stalls.)
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
               aux=(Space.WBUF, 32)), (Unit.MATRIX, 4 + 1 + 33, 0, 0, 0), "matrix"),
     (Resolved(Opcode.MATMUL, rows=1, n=4, k=8, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=8,
               aux=(Space.WBUF, 40)), (Unit.MATRIX, 4 + 1 + 1 + 33, 0, 0, 0), "matrix"),
+    # two tiles, columns 16 words apart: lanes 0..3 in memories 0, 2, 4, 1 (tile 0) and 1, 3, 0, 2 (tile 1), the
+    # free memory 3, then 4 (where a lane 4 would fall). A bias at 64 (memory 3) is read with tile 0: no stall (at
+    # the last tile it would meet lane 1's chunk); at 80 (memory 0, never free) with the last tile: 1 stall
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=16, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=16,
+              aux=(Space.WBUF, 64)), (Unit.MATRIX, 4 + 5 + 1 + 33, 0, 0, 0), "matrix"),
+    (Resolved(Opcode.MATMUL, rows=1, n=4, k=16, src1=(Space.ABUF, 0), src2=(Space.WBUF, 0), src2_stride=16,
+              aux=(Space.WBUF, 80)), (Unit.MATRIX, 4 + 5 + 1 + 1 + 33, 0, 0, 0), "matrix"),
     # vector operands in one memory (5 memories of 8-word chunks, a period of 40 words): src2 40 words after src1
     # puts each chunk's two reads in one memory, 1 stall a chunk; 8 words after, never; unaligned, chunks t, t + 1
     # and 5 + t, 6 + t: 1 stall (2 distinct chunks in each of 2 memories); a row scalar at 40 meets chunk 0 only,

@@ -15,10 +15,11 @@ stalls. A set holds loop_latency pairs, or all remaining pairs when fewer than 2
 remain (so `contexts` = 2 * loop_latency - 1). Each beat uses one x tile (broadcast to all lanes; read
 only when its address differs from the previous beat's, else the tile port's kept rows serve it again:
 consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from
-WBUF, where the ISA puts every weight: the layers' weights, attention's keys and V^T), both zero-padded past k,
-and a pair's last beat also reads the pair's mpu_lanes bias words (in WBUF too), which wait with the pair's row
-and group in a FIFO for its sums. All of a beat's reads are the lanes of the two buffers' TileReadPorts
-(`abuf_tiles`: x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
+WBUF, where the ISA puts every weight: the layers' weights, attention's keys and V^T), both zero-padded past k.
+A pair's mpu_lanes bias words (in WBUF too) are read in the first of its beats whose weight tiles leave the
+bias's memory free, else in its last (sim/cycle_model._bias_tiles), kept for the pair's context until its last
+beat, and wait with the pair's row and group in a FIFO for its sums. All of a beat's reads are the lanes of the
+two buffers' TileReadPorts (`abuf_tiles`: x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
 """
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ class MatrixUnit(wiring.Component):
     Throughput: one beat per cycle = mpu_lanes x mac_width MACs; an instruction issues
     rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
     >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
-    A beat's weight tiles, x tile and (a pair's last) bias are the lanes of the buffers' TileReadPorts (one
-    read port per buffer memory); when they need c > 1 cycles (buffers.tile_read_cycles, the slower buffer)
+    A beat's weight tiles, x tile and (in one of a pair's beats) bias are the lanes of the buffers' TileReadPorts
+    (one read port per buffer memory); when they need c > 1 cycles (buffers.tile_read_cycles, the slower buffer)
     the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen), and longer while the
     buffer's other readers (the vector unit, the DMA, the router) hold the memories it needs. Latency: `latency`
     cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
@@ -196,7 +197,7 @@ class MatrixUnit(wiring.Component):
             done_state(core, self, running, issued_all)
 
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
-        # one beat: the lanes' weight tiles, the x tile (ABUF) and, at a pair's last tile, its bias (aux + g * L)
+        # one beat: the lanes' weight tiles, the x tile (ABUF) and, in one of a pair's beats, its bias (aux + g * L)
         tile_base = t << lw
         # x is read only when it differs from the previous beat's: a lane not enabled keeps its rows
         x_addr, x_last = Signal(ADDRESS_BITS, name="x_addr"), Signal(ADDRESS_BITS, name="x_last")
@@ -213,12 +214,24 @@ class MatrixUnit(wiring.Component):
             column = cur_g * L + lane
             core.d.comb += [w_request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
                             w_request.en[lane].eq(issuing & (column < n))]
-        core.d.comb += [w_request.addr[self.bias_lane].eq(aux + cur_g * L),
-                        w_request.en[self.bias_lane].eq(issuing & last_tile & has_bias)]
+        # a pair's bias: read at the first of its tiles whose weight lanes leave the bias's first memory free (lane
+        # L, one past the last, would fall in it), else at its last tile; kept for its context until then
+        lc, P = _log2(cfg.buffer_chunk_words), cfg.buffer_banks
+        bias_addr, free_addr = Signal(ADDRESS_BITS, name="bias_addr"), Signal(ADDRESS_BITS + 1, name="free_addr")
+        core.d.comb += [bias_addr.eq(aux + cur_g * L),
+                        free_addr.eq(w_request.addr[L - 1] + r["src2_stride"])]
+        free = (free_addr >> lc) % P == (bias_addr >> lc) % P
+        bias_have = Signal(self.contexts)           # per context: its pair's bias is read
+        have = bias_have.bit_select(slot, 1) & (t != 0)
+        read_bias = Signal()
+        core.d.comb += [read_bias.eq(issuing & has_bias & ~have & (free | last_tile)),
+                        w_request.addr[self.bias_lane].eq(bias_addr), w_request.en[self.bias_lane].eq(read_bias)]
+        with core.If(issuing):
+            core.d.sync += bias_have.bit_select(slot, 1).eq(have | read_bias)
         beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
-                                         "r": 32, "g": 32}))
+                                         "bias": 1, "r": 32, "g": 32}))
         core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
-                        beat.last.eq(last_tile), beat.r.eq(cur_r), beat.g.eq(cur_g)]
+                        beat.last.eq(last_tile), beat.bias.eq(read_bias), beat.r.eq(cur_r), beat.g.eq(cur_g)]
         beat1 = pipe(core, beat, 1, name="beat1")
 
         # a pair's row, column group and bias wait for its sums
@@ -226,7 +239,14 @@ class MatrixUnit(wiring.Component):
         core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
                                                     depth=2 + READ_LATENCY + self.tree_latency + self.latency)
         bias_read = weights[self.bias_lane].as_value()[:16 * L]
-        core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last), meta.w_data.eq(Cat(beat1.r, beat1.g, bias_read))]
+        kept_bias = 0
+        for c in range(self.contexts):
+            kept = Signal(16 * L, name=f"bias_ctx{c}")
+            with core.If(beat1.valid & beat1.bias & (beat1.ctx == c)):
+                core.d.sync += kept.eq(bias_read)
+            kept_bias = Mux(beat1.ctx == c, kept, kept_bias)
+        core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last),
+                        meta.w_data.eq(Cat(beat1.r, beat1.g, Mux(beat1.bias, bias_read, kept_bias)))]
 
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]
         accs = []

@@ -180,9 +180,9 @@ async def full_rate(dut):
     """Enough (row, column group) pairs for the accumulator loop: one beat per cycle, the busy
     cycles exactly overhead + issue + the tiles' stalls + latency (+ the row max for MASKED_QK); the
     stalls are the cycle model's (none for weight rows a whole number of chunks apart, as the alignment rule
-    makes them), and by hand where a pair's bias shares a memory with a weight tile (one a
-    pair), a row maximum written in a cycle with results (one: ABUF's one unit write), or weight columns share a
-    memory. (x, alone in ABUF's tile port, never stalls: the weights and the bias are in WBUF.)"""
+    makes them), and by hand where a pair's bias shares a memory with a weight tile of each of its beats (one a
+    pair; none where one of its beats leaves the bias's memory free), a row maximum written in a cycle with
+    results (one: ABUF's one unit write), or weight columns share a memory. (x, alone in ABUF's tile port, never stalls: the weights and the bias are in WBUF.)"""
     tb = DatapathTB(dut)
     tb.issue_probability = 1.0        # the full-rate case: valid never low
     await tb.start()
@@ -204,6 +204,8 @@ async def full_rate(dut):
             # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
             (Opcode.MATMUL, 1, L, W, {"aux": wbuf(period)}, 1),
+            # columns 2 * W apart, the bias where lane L would read its first tile: read with that tile, no stall
+            (Opcode.MATMUL, 1, L, 2 * W, {"src2_stride": 2 * W, "aux": wbuf(2 * W * L)}, 0),
             # 3 weight columns a period apart: 3 cycles a beat
             (Opcode.MATMUL, 1, 3, W, {"src2_stride": period}, 2)):
         fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
