@@ -22,6 +22,7 @@ the controller (whole less its scoreboard) at sim-small.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -364,6 +365,11 @@ def measured(name: str, build) -> dict:
         return _figures(synthesise(build(), Path(tmp)))
 
 
+def design_digest(component) -> str:
+    """A digest of the component's RTLIL: what --core --reuse compares before it reuses a part's figures."""
+    return hashlib.sha256(rtlil.convert(component, name="top").encode()).hexdigest()[:16]
+
+
 def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     """The --core report (see the module docstring) for `cfg`, by default the u280 preset (scripts/build_bitstream.py
     passes the config it builds)."""
@@ -374,22 +380,28 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     target, small = cfg or get_config("u280"), get_config("sim-small")
     small = dataclasses.replace(small, abuf_words=2048, wbuf_words=1024)
     cache: dict = {}
+    digests: dict = {}      # part name -> design_digest of the design its figures were measured on
     progress = json_path.with_name(json_path.stem + ".parts.json")   # every part as it is synthesised
-    if reuse:      # the figures of an earlier run of the same flow
+    if reuse:      # the figures of an earlier run of the same flow, for the designs it measured
         for path in (json_path, progress):
             if path.exists() and json.loads(path.read_text()).get("flow") == f"Yosys {SYNTH}":
-                cache.update(json.loads(path.read_text()).get("parts", {}))
+                earlier = json.loads(path.read_text())
+                cache.update(earlier.get("parts", {}))
+                digests.update(earlier.get("digests", {}))
     log = {}
 
     def synth(name: str, build) -> dict:
-        if name not in cache:
+        component = build()
+        digest = design_digest(component)
+        if digests.get(name) != digest or name not in cache:
             started = time.monotonic()
-            cache[name] = measured(name, build)
+            cache[name], digests[name] = measured(name, lambda: component), digest
             log[name] = round(time.monotonic() - started, 1)
             print(f"  synthesised {name}: {cache[name]} in {log[name]} s", flush=True)
             progress.parent.mkdir(parents=True, exist_ok=True)
             partial = progress.with_name(progress.name + ".partial")
-            partial.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "parts": cache}, indent=2) + "\n")
+            partial.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "parts": cache, "digests": digests}, indent=2)
+                               + "\n")
             partial.replace(progress)
         return cache[name]
 
@@ -458,7 +470,8 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     partial = json_path.with_name(json_path.name + ".partial")
     partial.write_text(json.dumps({"flow": f"Yosys {SYNTH}", "preset": target.name, "limits": U280_LIMITS, "rows": rows,
-                                     "buffers": buffers, "port_logic": ports, "parts": cache, "synthesis_seconds": log},
+                                     "buffers": buffers, "port_logic": ports, "parts": cache, "digests": digests,
+                                     "synthesis_seconds": log},
                                     indent=2) + "\n")
     partial.replace(json_path)
     print(f"wrote {json_path}")
@@ -484,7 +497,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", help="report names to synthesise (default: all)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--core", action="store_true", help="the core's units at u280 against the U280 (see above)")
-    parser.add_argument("--reuse", action="store_true", help="with --core: reuse the part figures of an earlier JSON")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --core: reuse an earlier JSON's figures of the parts whose design is unchanged")
     parser.add_argument("--check-buffers", metavar="PRESET", choices=sorted(PRESETS),
                         help="synthesise the core's ABUF and WBUF with all their ports at PRESET and print the figures "
                              "beside port_logic's composition (sim-small: about 15 minutes)")

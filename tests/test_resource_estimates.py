@@ -74,3 +74,12 @@ def test_port_parts_are_the_buffers_own_logic(load_script):
     assert {"select(5)", "read shift(8, 8)", "write shift(8, 1)"} <= set(parts)
     for name in ("select(5)", "read shift(8, 8)", "write shift(8, 1)"):
         assert "module" in rtlil.convert(parts[name](), name="top")
+
+
+def test_reuse_compares_the_designs_digest(load_script):
+    """--core --reuse takes a part's earlier figures only for the same design: the digest of its RTLIL is the same
+    for two builds of one design and differs when the design changes."""
+    from ringgpt.hw.core.transpose import TransposeTile
+    script = load_script("resource_estimates")
+    assert script.design_digest(TransposeTile(4)) == script.design_digest(TransposeTile(4))
+    assert script.design_digest(TransposeTile(4)) != script.design_digest(TransposeTile(8))
