@@ -366,8 +366,9 @@ def measured(name: str, build) -> dict:
 
 
 def design_digest(component) -> str:
-    """A digest of the component's RTLIL: what --core --reuse compares before it reuses a part's figures."""
-    return hashlib.sha256(rtlil.convert(component, name="top").encode()).hexdigest()[:16]
+    """A digest of the component's RTLIL without source locations (an edit that moves lines or a checkout elsewhere
+    leaves it alone): what --core --reuse compares before it reuses a part's figures."""
+    return hashlib.sha256(rtlil.convert(component, name="top", emit_src=False).encode()).hexdigest()[:16]
 
 
 def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
