@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_DEVICE_ERROR, EXIT_FAULT,  # noqa: F401
-                                      EXIT_INTERRUPTED, EXIT_USER_ERROR, Group, arch_config, check_writable_file,
-                                      config_options, debug_option, given, model_option, reject_unused)
-from ringgpt.host.errors import OutputError
+from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_OK, EXIT_STATUS_HELP, Group, arch_config,
+                                      check_report_target, config_options, debug_option, exit_status_help,
+                                      model_option, reject_unused)
 from ringgpt.host.reference.sampling import SamplingConfig
 
 if TYPE_CHECKING:
@@ -155,8 +154,7 @@ BACKENDS: dict[str, Backend] = {"sim": appliance_backend("sim"), "rtl": applianc
 APPLIANCE_BACKENDS = ("sim", "rtl", "alveo")
 
 
-@click.group(cls=Group, epilog="Exit status: 0 ok; 1 a failed device run or an internal fault; 2 bad input; 3 the "
-             "appliance's result is outside its accuracy bound; 130 interrupted.")
+@click.group(cls=Group, epilog=EXIT_STATUS_HELP)
 @debug_option
 def main() -> None:
     """ringgpt: GPT-2 text generation on a DFX-style FPGA appliance and its references.
@@ -170,11 +168,11 @@ def _status_console() -> Console:
     return Console(stderr=True)
 
 
-def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context: int | None, arch=None,
-               steps_name: str = "max_new_tokens", max_rows: int | None = None):
+def _preflight(prompt: str, model: str, sampling: SamplingConfig, steps: tuple[str, int, int], *,
+               max_context: int | None, arch=None, max_rows: int | None = None):
     """Everything that can be checked before a weight is read: the model's config, the prompt (UTF-8, not empty,
-    in the vocabulary, fitting the context with the new tokens) and, for the appliance, the compiler's plan.
-    Returns (tokenizer, prompt ids, the model's fields, the context)."""
+    in the vocabulary, fitting the context with the new tokens: `steps` is (the option, its value, its least value))
+    and, for the appliance, the compiler's plan. Returns (tokenizer, prompt ids, the model's fields, the context)."""
     from ringgpt.host.reference.sampling import validate_prompt
     from ringgpt.host.reference.spec import source_fields
     from ringgpt.host.tokenizer import load_tokenizer
@@ -187,6 +185,7 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
     prompt_ids = tokenizer.encode(prompt)
     where = "the appliance's context" if arch is not None else "the model's context"
     hint = " (or compile with a larger --max-context)" if max_context is not None else ""
+    _check_steps(len(prompt_ids), *steps, context=context, where=where, hint=hint)
     validate_prompt(prompt_ids, sampling, vocab_size=fields["vocab_size"], context=context, context_name=where,
                     hint=hint)
     if arch is not None:
@@ -195,10 +194,20 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
     return tokenizer, prompt_ids, fields, context
 
 
-@main.command("generate", epilog=f"Exit status: 0; {EXIT_CHECK_FAILED} when the appliance's tokens or logits fail the "
-              f"check against the PyTorch FP32 reference (the same tokens, logits within the stated bound); {EXIT_USER_ERROR} "
-              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
-              f"{EXIT_INTERRUPTED} when interrupted.")
+def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, context: int, where: str,
+                 hint: str) -> None:
+    """UsageError naming `option` and the values it may take when the prompt and `value` new positions exceed the
+    context."""
+    room = context - prompt_tokens
+    if prompt_tokens and value > room:
+        fix = f"give {option} in {lowest}..{room}" if room >= lowest else "shorten the prompt"
+        raise click.UsageError(f"the prompt's {prompt_tokens} tokens + {option} {value} = {prompt_tokens + value} "
+                               f"exceeds {where} of {context} positions: {fix}{hint}")
+
+
+@main.command("generate", epilog=exit_status_help({
+    EXIT_CHECK_FAILED: "when the appliance's tokens or logits fail the check against the PyTorch FP32 reference (the "
+                       "same tokens, logits within the stated bound)"}))
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
@@ -212,8 +221,8 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
               help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim, rtl and alveo "
                    "backends)")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
-@click.option("--greedy/--sample", default=SamplingConfig.greedy, show_default=True,
-              help="argmax decoding, or sampling with --temperature/--top-k/--top-p")
+@click.option("--greedy", is_flag=True, help="argmax decoding (the default)")
+@click.option("--sample", is_flag=True, help="sampling with --temperature/--top-k/--top-p")
 @click.option("--temperature", type=float, default=SamplingConfig.temperature, show_default=True,
               help="with --sample")
 @click.option("--top-k", type=int, default=SamplingConfig.top_k, show_default=True, help="with --sample; 0 = off")
@@ -225,13 +234,16 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, *, max_context
 @debug_option
 @click.pass_context
 def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
-                     simulator: str, check_reference: bool, max_new_tokens: int, greedy: bool, temperature: float, top_k: int,
-                     top_p: float, seed: int, dtype: str, device: str) -> None:
+                     simulator: str, check_reference: bool, max_new_tokens: int, greedy: bool, sample: bool,
+                     temperature: float, top_k: int, top_p: float, seed: int, dtype: str, device: str) -> None:
     """Generate text after PROMPT, streaming tokens to stdout as they are chosen.
 
     The sim backend then checks the tokens and logits against the PyTorch FP32 reference and prints one
     verdict, PASS or FAIL, against the stated bound; FAIL exits 3. Options are checked against each other, the
     prompt against the model's config, before any weight is loaded."""
+    if greedy and sample:
+        raise click.UsageError("--greedy and --sample contradict each other: give one (greedy is the default)", ctx)
+    greedy = not sample
     if greedy:
         reject_unused(ctx, SAMPLING_OPTIONS, "with greedy decoding", "sampling (add --sample)")
     if backend in APPLIANCE_BACKENDS:
@@ -253,7 +265,8 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
     sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               max_new_tokens=max_new_tokens)
     sampling.validate()
-    tokenizer, prompt_ids, _, _ = _preflight(prompt, model, sampling, max_context=None, arch=arch)
+    tokenizer, prompt_ids, _, _ = _preflight(prompt, model, sampling, ("--max-new-tokens", max_new_tokens, 1),
+                                             max_context=None, arch=arch)
     request = Request(prompt=prompt, prompt_ids=prompt_ids, sampling=sampling, model=model, dtype=dtype,
                       device=device, config=config_name, cards=cards or 4, check_reference=check_reference,
                       simulator=simulator)
@@ -283,10 +296,9 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
         sys.exit(EXIT_CHECK_FAILED)
 
 
-@main.command("check", epilog=f"Exit status: 0 when every value is within its bound and the tokens match; "
-              f"{EXIT_CHECK_FAILED} when something leaves its bound (the first place is named); {EXIT_USER_ERROR} "
-              f"for bad input; {EXIT_DEVICE_ERROR} when a device run fails or for an internal fault; "
-              f"{EXIT_INTERRUPTED} when interrupted.")
+@main.command("check", epilog=exit_status_help({
+    EXIT_OK: "when every value is within its bound and the tokens match",
+    EXIT_CHECK_FAILED: "when something leaves its bound (the first place is named)"}))
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(APPLIANCE_BACKENDS), default="sim", show_default=True,
@@ -304,7 +316,8 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
               help="tokens per prompt run (default: as many as the activation buffer holds)")
 @click.option("--all-runs", is_flag=True, help="one table row per run and probe instead of the worst over runs")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="also write the full report (every probe, card and run) as JSON")
+              help="also write the full report (every probe, card and run) as JSON: a new file, or one that an "
+                   "earlier --json wrote")
 @debug_option
 @click.pass_context
 def check_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
@@ -325,9 +338,10 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
         from ringgpt.host.alveo import check_boards
         check_boards(arch)
     if json_path:
-        check_writable_file(json_path, "--json")
+        check_report_target(json_path)
     _, prompt_ids, _, context = _preflight(prompt, model, SamplingConfig(max_new_tokens=max(steps, 1)),
-                                           max_context=max_context, arch=arch, max_rows=max_rows)
+                                           ("--steps", steps, 0), max_context=max_context, arch=arch,
+                                           max_rows=max_rows)
     import torch
     from rich.console import Console
     from rich.text import Text
@@ -367,15 +381,17 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
 
 
 def _write_atomically(path: str, write: Callable[[str], None]) -> None:
-    """write(temporary sibling of path), then renames it onto path: a kill never leaves half a file at path."""
+    """write(temporary sibling of path), then renames it onto path: a kill never leaves half a file at path. The
+    target is checked again first (check_report_target): something may have appeared there during the run."""
     from ringgpt.host.image import _temporary_name
 
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)), _temporary_name(os.path.basename(path)))
     try:
         write(tmp)
+        check_report_target(path)
         os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except OSError as exc:  # named by the path asked for, not the temporary's
+        raise OSError(exc.errno, exc.strerror, path) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

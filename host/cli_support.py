@@ -1,12 +1,14 @@
 """What every ringgpt command line shares: one line per error, the exit codes, --debug, and option checks.
 
-Exit codes: 0 ok; 1 a failed device run or an internal fault; 2 bad input (options, prompt, model, files);
-3 the appliance's result is outside its accuracy bound (`generate`'s check, `check`); 130 interrupted (Ctrl-C).
-Errors are printed as one line on stderr ("error: what, where, what to do"); --debug (or RINGGPT_DEBUG=1) lets
-them through with their traceback. This module imports only click, so `--help` and option errors stay fast.
+The exit codes are EXIT_CODES (every help text derives its "Exit status" from it). Errors are printed as one line on
+stderr ("error: what, where, what to do"), environment faults included (a full disk, a folder that cannot be
+written, standard output closed or full: `report`); --debug (or RINGGPT_DEBUG=1) lets them through with their
+traceback. This module imports only click, so `--help` and option errors stay fast.
 """
 from __future__ import annotations
 
+import errno
+import json
 import os
 import sys
 import warnings
@@ -25,10 +27,29 @@ EXIT_USER_ERROR = 2
 EXIT_CHECK_FAILED = 3
 """The appliance disagrees with the PyTorch FP32 reference beyond the stated bound (`generate`'s check, `check`)."""
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""Standard output was closed by its reader (`ringgpt generate | head -1`): ringgpt stops quietly with the status a
+shell reports for a Unix tool that SIGPIPE ended (128 + 13), so `set -o pipefail` sees it as it sees `yes | head`."""
+EXIT_CODES = {
+    EXIT_OK: "ok",
+    EXIT_FAULT: "a failed device run or an internal fault",
+    EXIT_USER_ERROR: "bad input or an environment you can fix (options, prompt, model, files, a full disk, a folder "
+                     "that cannot be written)",
+    EXIT_CHECK_FAILED: "the appliance's result is outside its accuracy bound",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_BROKEN_PIPE: "standard output was closed early (a pipe into head): stopped quietly",
+}
+"""Every exit status of ringgpt's command lines and what it means: the one definition."""
 DEBUG_ENV = "RINGGPT_DEBUG"
-EXIT_STATUS_HELP = (f"Exit status: 0 ok; {EXIT_USER_ERROR} bad input; {EXIT_FAULT} a failed device run or an internal "
-                    f"fault; {EXIT_INTERRUPTED} interrupted. Errors are one line; --debug shows the traceback.")
 
+
+def exit_status_help(meanings: dict[int, str] | None = None) -> str:
+    """The "Exit status" text of a --help: EXIT_CODES, with a command's own wording where `meanings` gives one."""
+    meanings = {**EXIT_CODES, **(meanings or {})}
+    return "Exit status: " + "; ".join(f"{code} {meanings[code]}" for code in EXIT_CODES) + "."
+
+
+EXIT_STATUS_HELP = exit_status_help()
 _debug = False
 
 
@@ -75,6 +96,79 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     click.echo(f"warning: {_one_line(message)}", err=True)
 
 
+FIXES = {
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some space (your disk quota is used up) or write elsewhere",
+    errno.EACCES: "check its permissions or choose another place",
+    errno.EPERM: "check its permissions or choose another place",
+    errno.EROFS: "choose a place on a writable file system",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+    errno.EISDIR: "it is a folder: give a file",
+    errno.ENOENT: "check the path",
+    errno.EEXIST: "remove it or choose another path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ELOOP: "fix the symbolic links in the path",
+    errno.EMFILE: "raise the limit on open files (ulimit -n)",
+    errno.ENFILE: "close other programs or raise the system's limit on open files",
+}
+"""Operating-system errors that the user's environment causes and the user can fix (exit 2), and what to do."""
+
+
+STREAMS = {1: "standard output", 2: "standard error"}
+
+
+def _failed_stream(exc: OSError) -> str | None:
+    """The standard stream that `exc` was raised writing to, if any: the innermost frame of its traceback (the code
+    that called write or flush) holds that stream, or an object whose `file` it is (a rich Console)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    for value in (tb.tb_frame.f_locals.values() if tb is not None else ()):
+        for stream in (value, getattr(value, "file", None)):
+            try:
+                fd = stream.fileno()
+            except Exception:  # noqa: BLE001 - not a stream, or a closed one
+                continue
+            if fd in STREAMS:
+                return STREAMS[fd]
+    return None
+
+
+def _where(exc: OSError) -> str:
+    """What an OSError happened on: a standard stream, else its path(s), naming the image cache where the path lies
+    in it."""
+    stream = _failed_stream(exc)
+    if stream is not None:
+        return f"cannot write to {stream}"
+    if exc.filename is None:
+        return "a file ringgpt uses"
+    where = str(exc.filename) + ("" if exc.filename2 is None else f" -> {exc.filename2}")
+    images = sys.modules.get("ringgpt.host.runtime.images")  # loaded when the error can be the cache's
+    if images is not None and os.path.abspath(where).startswith(os.path.abspath(images.cache_root()) + os.sep):
+        where += f" (the image cache: set {images.CACHE_ENV} to a folder you can write)"
+    return where
+
+
+def _os_error(exc: OSError) -> int:
+    """Prints an operating-system error as one line naming the path or stream and what to do, and returns its code;
+    a closed standard output (EPIPE) ends quietly, as Unix tools do, its descriptor pointed at /dev/null so that
+    Python's flush at exit does not fail on it again."""
+    if exc.errno == errno.EPIPE:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # no descriptor (a test's stream): nothing to silence
+            pass
+        return EXIT_BROKEN_PIPE
+    where = _where(exc)
+    text = exc.strerror or str(exc)
+    what = text[:1].lower() + text[1:] + (f" ({errno.errorcode[exc.errno]})" if exc.errno in errno.errorcode else "")
+    fix = FIXES.get(exc.errno)
+    click.echo(f"error: {where}: {_one_line(what)}" + (f": {fix}" if fix else ""), err=True)
+    return EXIT_USER_ERROR if fix else EXIT_FAULT
+
+
 def report(exc: BaseException) -> int:
     """Prints `exc` as one line on stderr and returns the exit code for it."""
     if isinstance(exc, RingGPTError):
@@ -84,27 +178,37 @@ def report(exc: BaseException) -> int:
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     if isinstance(exc, OSError):
-        click.echo(f"error: {_one_line(exc)}", err=True)
-        return EXIT_FAULT
+        return _os_error(exc)
     click.echo(f"internal error: {type(exc).__name__}: {_one_line(exc)} (a fault in ringgpt, not in your input: "
                "rerun with --debug for the traceback and report it)", err=True)
     return EXIT_FAULT
 
 
+def _exit_for(exc: BaseException):
+    """Exits with `exc` reported as one line (raises it again under --debug)."""
+    if debugging():
+        raise exc
+    sys.exit(report(exc))
+
+
 class _Guarded:
     """Mixed into click commands: runs them in standalone mode with ringgpt's error handling."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except OSError as exc:  # --help written to a closed pipe or a full disk
+            _exit_for(exc)
 
     def invoke(self, ctx: click.Context):
         try:
             with warnings.catch_warnings():
                 warnings.showwarning = _show_warning
                 return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every error becomes one line and a code
-            if debugging():
-                raise
-            sys.exit(report(exc))
+            _exit_for(exc)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         global _debug
@@ -162,15 +266,35 @@ def arch_config(config_name: str, cards: int | None):
     return get_config(config_name, cards)
 
 
-def check_writable_file(path: str, what: str) -> None:
-    """Raises OutputError unless `path` can be written as a file (its folder exists and is writable; it is not
-    a folder)."""
+CHECK_REPORT_MARK = {"kind": "ringgpt check report"}
+"""The field that marks the JSON report of `ringgpt check --json` (check.write_json writes it): a later --json may
+replace a file that has it, and no other file."""
+
+
+def _is_check_report(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.items() >= CHECK_REPORT_MARK.items()
+
+
+def check_report_target(path: str) -> None:
+    """Raises OutputError unless `path` may take a check report: a new file in an existing folder, or a report that
+    ringgpt check wrote before; never a symbolic link, a folder or any other file."""
     from ringgpt.host.errors import OutputError
 
-    if os.path.isdir(path):
-        raise OutputError(f"{what} {path} is a folder: give a file name")
     parent = os.path.dirname(os.path.abspath(path))
+    if os.path.islink(path):
+        raise OutputError(f"--json {path} is a symbolic link: ringgpt neither writes through nor replaces one; give "
+                          "the path of a new file or of an earlier report")
+    if os.path.isdir(path):
+        raise OutputError(f"--json {path} is a folder: give a file name")
     if not os.path.isdir(parent):
-        raise OutputError(f"{what} {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise OutputError(f"{what} {path} is not writable")
+        raise OutputError(f"--json {path}: the folder {parent} does not exist")
+    if os.path.lexists(path) and not (os.path.isfile(path) and _is_check_report(path)):
+        raise OutputError(f"--json {path} exists and is not a report of ringgpt check: ringgpt does not replace it; "
+                          "remove it or choose another name")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"--json {path}: the folder {parent} is not writable: choose another place")

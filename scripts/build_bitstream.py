@@ -14,9 +14,9 @@
 
 The last two need Vivado and v++ of the platform's Vitis release on PATH; without them the build stops there with
 a one-line message and exit code 2, everything else written. Exit codes: 0 built; 2 stopped before the Xilinx tools,
-or bad input (config, platform, --out); 1 a step failed (the manifest says which and why). The build writes only its
-own files: a folder holding anything else is refused unless --force, and even then nothing that is not the build's is
-replaced.
+or bad input (config, platform, --out); 1 a step failed (the manifest says which and why); 130 interrupted (Ctrl-C or
+SIGTERM: what the build had written is removed, Build.discard). The build writes only its own files: a folder holding
+anything else is refused unless --force, and even then nothing that is not the build's is replaced.
 
     python scripts/build_bitstream.py --config u280 --cards 4            # all steps
     python scripts/build_bitstream.py --config sim-small --skip-synth    # what runs without the Xilinx tools
@@ -32,6 +32,7 @@ import platform as python_platform
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -179,6 +180,8 @@ class Build:
 
     def __init__(self, cfg: ArchConfig, preset: str, target: vitis.Platform, out: Path):
         self.cfg, self.target, self.out, self.work = cfg, target, out, out / vitis.WORK
+        self.found = self._entries() if out.exists() else None
+        """What the build folder held before this run (None: the run creates it), for discard()."""
         self.manifest = {"kernel": KERNEL_MODULE, "config": preset, "config_hash": cfg.hash, "cards": cfg.cards,
                          "config_dict": cfg.to_dict(), "register_map_hash": registers.map_hash(cfg),
                          "git_commit": git_commit(), "tools": {"python": python_platform.python_version(),
@@ -190,6 +193,31 @@ class Build:
 
     def save(self) -> None:
         write(self.out / MANIFEST, json.dumps(self.manifest, indent=1) + "\n")
+
+    def _entries(self) -> set[str]:
+        """Every name in the build folder and in its work folder, relative to the build folder."""
+        return {str((folder / name).relative_to(self.out))
+                for folder in (self.out, self.work) if folder.is_dir() for name in os.listdir(folder)}
+
+    def discard(self) -> str:
+        """After an interrupt: removes what this run wrote that was not there before (the whole folder when the run
+        created it); files it replaced stay, and so does an earlier manifest, recording the step that was running as
+        interrupted. Says what it removed."""
+        if self.found is None:
+            shutil.rmtree(self.out, ignore_errors=True)
+            return f"removed {self.out}"
+        for name in sorted(self._entries() - self.found, reverse=True):
+            path = self.out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if MANIFEST in self.found:
+            running = next((step for step in STEPS if step not in self.manifest["steps"]), None)
+            for step in STEPS[STEPS.index(running):] if running else ():
+                self.manifest["steps"][step] = "interrupted" if step == running else "skipped: interrupted"
+            self.save()
+        return f"removed what it had added to {self.out}"
 
     def record(self, step: str, outcome: str) -> None:
         self.manifest["steps"][step] = outcome
@@ -261,6 +289,8 @@ class Build:
                       file=sys.stderr)
         for stale in (*vitis.xo_files(self.cfg), f"{vitis.WORK}/{xclbin_name(self.cfg)}"):
             (self.out / stale).unlink(missing_ok=True)
+            if self.found is not None:  # what the tools write in its place is this run's (discard removes it)
+                self.found.discard(stale)
         for tcl in vitis.packaging_scripts(self.cfg):
             log = f"{Path(tcl).stem}.log"
             result = subprocess.run(["vivado", "-mode", "batch", "-notrace", "-nojournal", "-log", log,
@@ -293,13 +323,17 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="write into a folder that holds other files too (only the build's files are written)")
     args = parser.parse_args(argv)
+    build = None
     try:
         cfg = get_config(args.config, args.cards)
         target = vitis.platform(args.platform)
         vitis.memory_banks(cfg, target)
         out = args.out or ROOT / "bitstreams" / cfg.name
         check_out(out, args.force)
-        Build(cfg, args.config.partition("-x")[0], target, out).run(args.skip_lint, args.skip_synth)
+        build = Build(cfg, args.config.partition("-x")[0], target, out)
+        build.run(args.skip_lint, args.skip_synth)
+    except KeyboardInterrupt:
+        return _interrupted(build)
     except RingGPTError as exc:
         print(f"build_bitstream: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -310,5 +344,23 @@ def main(argv=None) -> int:
     return 0
 
 
+def _interrupted(build: Build | None) -> int:
+    """After Ctrl-C or SIGTERM: discards what the build wrote (a second signal does not cut that short) and says so in
+    one line; returns 130."""
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        removed = f"; {build.discard()}" if build is not None else ""
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    print(f"build_bitstream: interrupted{removed}", file=sys.stderr)
+    return 130
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends the build as Ctrl-C does
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     sys.exit(main())

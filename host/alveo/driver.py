@@ -18,14 +18,19 @@ The driver speaks only registers (hw/kernel/registers.py) and buffers. Its seque
 `load_programs` rewrites the program buffers (a larger program gets a new buffer and pointer); HBM, ABUF, WBUF
 and the host buffers stay as they are (layer dispatch, host/runtime/layers.py).
 
+Whatever PYNQ or XRT raise becomes one DeviceError (AlveoUnavailableError while opening the boards) that names what
+the driver was doing and what to do (platform_errors); ringgpt's own errors pass as they are.
+
 A kernel cannot be stopped from the host: after a timeout, or an error on one card while its peers wait on the
 ring, the cards still running stay so until reset (on boards: xbutil reset), and the next load or run says so.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +40,7 @@ from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
 from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig, ConfigMismatchError
 from ringgpt.hw.core.interfaces import ErrorCode
+from ringgpt.hw.errors import RingGPTError
 from ringgpt.hw.isa import INSTRUCTION_BYTES, REG_MASK, format_instruction
 from ringgpt.hw.kernel import registers
 from ringgpt.hw.kernel.kernel import KERNEL_MODULE
@@ -59,8 +65,31 @@ class RunTimeoutError(RingDeadlockError):
     """Not every card finished within the driver's timeout; `cards` lists (card, pc, instruction, state)."""
 
 
+@contextmanager
+def platform_errors(what: str, error: type[DeviceError] = DeviceError, hint: str = RESET_HINT):
+    """Lets ringgpt's own errors through and turns anything else raised while doing `what` (PYNQ's and XRT's
+    exceptions: RuntimeError, OSError, ...) into one `error` that names it and says what to do."""
+    try:
+        yield
+    except RingGPTError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the platform's exceptions are not ours to know one by one
+        raise error(f"{what} failed: {type(exc).__name__}: {' '.join(str(exc).split())}; {hint}") from exc
+
+
 def default_manifest(cfg: ArchConfig) -> Path:
     return BITSTREAMS / cfg.name / "manifest.json"
+
+
+def _on_platform(what: str):
+    """Method decorator: platform_errors(what) on the device's platform around the method."""
+    def decorate(method):
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            with platform_errors(f"{what} on {self.description}"):
+                return method(self, *args, **kwargs)
+        return guarded
+    return decorate
 
 
 def check_manifest(path: str | Path, cfg: ArchConfig, need_xclbin: bool = True) -> Path | None:
@@ -143,7 +172,11 @@ class AlveoDevice(Device):
         self._registers = registers.by_name(config)
         self._status_words = [r.name for r in registers.register_map(config) if r.kind == "status"]
         if platform is None:
-            platform = PynqPlatform(check_boards(config, manifest), config)
+            xclbin = check_boards(config, manifest)
+            with platform_errors(f"opening {config.cards} Alveo board(s) with {xclbin}", AlveoUnavailableError,
+                                 "check the boards and XRT with `xbutil examine`, and that no other process holds "
+                                 "them"):
+                platform = PynqPlatform(xclbin, config)
         elif manifest is not None:
             check_manifest(manifest, config, need_xclbin=False)
         if len(platform.cards) != config.cards:
@@ -177,6 +210,7 @@ class AlveoDevice(Device):
                                   f"stopped from the host: {RESET_HINT}")
 
     # --- Device ------------------------------------------------------------------------------------------
+    @_on_platform("loading the image")
     def load(self, image) -> None:
         """Checks the image, allocates and fills every card's buffers, writes the pointer arguments."""
         checked = checked_cards(image, self.config)
@@ -222,6 +256,7 @@ class AlveoDevice(Device):
         buffer.sync_to_device(0, len(code))
         card.program = program
 
+    @_on_platform("loading the programs")
     def load_programs(self, programs) -> None:
         """Rewrites every card's program buffer (programs checked as load checks them); memories stay."""
         if not self._cards:
@@ -243,6 +278,7 @@ class AlveoDevice(Device):
                                   f"outside its {size} words")
         return self._cards[card].buffers["host"], 2 * int(offset), 2 * int(count)
 
+    @_on_platform("writing a host buffer")
     def write_host(self, card: int, offset: int, words) -> None:
         words = as_words(words, HostAccessError, "host buffer words")
         buffer, start, nbytes = self._host(card, offset, words.size)
@@ -250,6 +286,7 @@ class AlveoDevice(Device):
             buffer.array[start:start + nbytes] = words.view(np.uint8)
             buffer.sync_to_device(start, nbytes)
 
+    @_on_platform("reading a host buffer")
     def read_host(self, card: int, offset: int, count: int) -> np.ndarray:
         buffer, start, nbytes = self._host(card, offset, count)
         if nbytes:
@@ -262,31 +299,32 @@ class AlveoDevice(Device):
         for name, value in (("pos", pos), ("rows", rows)):
             if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
                 raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
-        if not self._cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
-        self._require_idle()
-        for card in self._cards:
-            card.write_argument(self._registers["pos"], int(pos))
-            card.write_argument(self._registers["rows"], int(rows))
-        started, begin = time.perf_counter(), self.platform.now()
-        for kernel in self.platform.cards:
-            kernel.write(CONTROL, AP_START)
-        errors = self._wait(begin)
-        counters = [{"card": card, "cycles": self._read(card, "cycles"),
-                     "busy": {name.removeprefix("busy_"): self._read(card, name)
-                              for name in self._status_words if name.startswith("busy_")}}
-                    for card in range(self.config.cards)]
-        self.last_counters = counters
-        cycles = max(c["cycles"] for c in counters)
-        for card, code in sorted(errors.items()):
-            if code != ErrorCode.NONE.value:
-                self._fail(self._fault(card, code, cycles))
-        self._runs += 1
-        self._last_error = None
-        cfg = self.config
-        return RunStats(cycles=cycles, seconds=cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
-                        breakdown=dict(max(counters, key=lambda c: c["cycles"])["busy"]),
-                        wall_seconds=time.perf_counter() - started)
+        with platform_errors(f"running on {self.description}"):
+            if not self._cards:
+                raise NotLoadedError("no appliance image is loaded; call load() first")
+            self._require_idle()
+            for card in self._cards:
+                card.write_argument(self._registers["pos"], int(pos))
+                card.write_argument(self._registers["rows"], int(rows))
+            started, begin = time.perf_counter(), self.platform.now()
+            for kernel in self.platform.cards:
+                kernel.write(CONTROL, AP_START)
+            errors = self._wait(begin)
+            counters = [{"card": card, "cycles": self._read(card, "cycles"),
+                         "busy": {name.removeprefix("busy_"): self._read(card, name)
+                                  for name in self._status_words if name.startswith("busy_")}}
+                        for card in range(self.config.cards)]
+            self.last_counters = counters
+            cycles = max(c["cycles"] for c in counters)
+            for card, code in sorted(errors.items()):
+                if code != ErrorCode.NONE.value:
+                    self._fail(self._fault(card, code, cycles))
+            self._runs += 1
+            self._last_error = None
+            cfg = self.config
+            return RunStats(cycles=cycles, seconds=cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
+                            breakdown=dict(max(counters, key=lambda c: c["cycles"])["busy"]),
+                            wall_seconds=time.perf_counter() - started)
 
     def _wait(self, begin: float) -> dict[int, int]:
         """Polls until every card is done or one has stopped on an error: {card: error code} of the done cards.
@@ -327,6 +365,7 @@ class AlveoDevice(Device):
             card.free()
         self._cards = []
 
+    @_on_platform("closing")
     def close(self) -> None:
         """Frees every buffer and closes the platform (the boards' overlays, or the simulation)."""
         if self.platform is not None:

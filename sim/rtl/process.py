@@ -8,8 +8,10 @@ simulated clock cycles so far.
 """
 from __future__ import annotations
 
+import glob
 import os
 import secrets
+import sys
 import tempfile
 import threading
 import traceback
@@ -30,6 +32,17 @@ class RtlError(DeviceError):
     """The RTL simulation itself failed (build, crash, lost connection): not a program fault."""
 
 
+def build_note(design: runner.Design, simulator: str, purpose: str) -> str | None:
+    """The line to show before `design` is built for `simulator` (a first build takes minutes, a u280 core far longer,
+    and says nothing meanwhile); None when a build of it is there (the build folders of runner.build:
+    <label>-<16 hex digits of the Verilog's hash>/<simulator>[-waves]/built.ok)."""
+    folder = simulator + ("-waves" if runner.waves_requested() else "")
+    if any(runner.BUILD_ROOT.glob(f"{glob.escape(design.label)}-{'[0-9a-f]' * 16}/{folder}/built.ok")):
+        return None
+    return (f"building {design.label} for {purpose} with {simulator}: a first build takes minutes (a u280 core much "
+            f"longer); its log: {runner.BUILD_ROOT}/{design.label}-*/{folder}/build.log")
+
+
 class SimulationProcess:
     """The testbench `module` on `design` in a `simulator` process, with testbench arguments `args`; `purpose`
     names what needs it in the error when the simulator is missing."""
@@ -38,6 +51,9 @@ class SimulationProcess:
         reason = runner.missing_reason(simulator)
         if reason:
             raise RtlError(f"{purpose} needs {simulator}: {reason}")
+        note = build_note(design, simulator, purpose)
+        if note:
+            print(note, file=sys.stderr, flush=True)
         self.simulator = simulator
         self.cycles = 0
         """Simulated clock cycles at the last answer."""
