@@ -47,7 +47,7 @@ class ArchConfig:
     mpu_lanes: int
     """Matrix-unit lanes: output columns produced per cycle (DFX: l = 16)."""
     mac_width: int
-    """Multipliers per lane, reduced by the folding adder tree (DFX: d = 64)."""
+    """Multipliers per lane, summed by the block-aligned MAC tree (numerics.tile_sums; DFX: d = 64)."""
     vector_width: int
     """Vector-unit lanes: FP16 elements per cycle."""
     clock_mhz: float
@@ -265,8 +265,7 @@ PRESETS: dict[str, ArchConfig] = {
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_phy_ns=260.0, ring_cdc_cycles=8,
         queue_depth=8),
     # One core per Alveo U280 (docs/architecture.md justifies each figure): 16 lanes x 64 = 1,024
-    # FP16 MACs per cycle, DFX's count (Yosys puts one 64-wide MAC tree, 64 multipliers and a
-    # block-aligned sum, at 12.3K LUTs; docs/rtl-core.md "Resources" counts the whole core);
+    # FP16 MACs per cycle, DFX's count (docs/rtl-core.md "Resources" counts the whole core);
     # 250 MHz (32 x 512-bit ports then offer 512 GB/s, above the 460 GB/s physical peak, so weight
     # streams are bound by HBM itself); 90% sustained HBM efficiency; a 4 MiB activation buffer and
     # an 8.5 MiB weight buffer (URAM; the U280 has about 41 MB on chip; 17 memories of 4,096 rows of

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from amaranth.hdl import Module, Mux, Signal
 
+from ringgpt.hw.intmath import log2
 from ringgpt.hw.config import ArchConfig
 
 
@@ -67,9 +68,6 @@ def local_range(channel: int, lo, hi, cfg: ArchConfig):
 
 # --- the same map in Amaranth (C and G powers of two) ------------------------------------------------------
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
-
 
 def check_rtl_map(channels: int, granule: int) -> None:
     if not (_power_of_two(channels) and _power_of_two(granule)):
@@ -79,7 +77,7 @@ def check_rtl_map(channels: int, granule: int) -> None:
 
 def word_of(channel: int, local, channels: int, granule: int):
     """Amaranth: the HBM word address of channel-local word `local` (a Value) of the constant `channel`."""
-    lg, lc = _log2(granule), _log2(channels)
+    lg, lc = log2(granule), log2(channels)
     stripe = local >> lg
     position = stripe[:lc] ^ channel if lc else 0
     return (((stripe << lc) | position) << lg) | local[:lg]
@@ -88,7 +86,7 @@ def word_of(channel: int, local, channels: int, granule: int):
 def local_range_of(m: Module, channel: int, lo, hi, channels: int, granule: int, *, name: str):
     """Amaranth: Signals (llo, lhi) as `local_range` for the constant `channel`, from the Values lo < hi (hi up
     to 2**32: give it 33 bits). The range is empty when llo >= lhi."""
-    lg, lc = _log2(granule), _log2(channels)
+    lg, lc = log2(granule), log2(channels)
     out = []
     for word, after, tag in ((lo, False, "lo"), (hi - 1, True, "hi")):
         w = Signal(len(hi), name=f"{name}_{tag}_word")

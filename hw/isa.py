@@ -215,6 +215,14 @@ class OpSpec:
     strides: tuple = ()
     control: tuple = ()
     flags: tuple = ()
+    reduction: str | None = None
+    """"sum" or "max" when the opcode reduces each row to one word (VSUM, VDOT; VMAX), else None."""
+    special: str | None = None
+    """The special function (a key of numerics.SPECIAL_FUNCTIONS) the opcode applies elementwise, else None."""
+
+    @property
+    def reduces(self) -> bool:
+        return self.reduction is not None
 
 
 _ELEMENTWISE = ("for r < rows, j < n: ", "dst[dst + r*dst_stride + j] = ")
@@ -234,7 +242,7 @@ def _vector_unary(fn: str) -> OpSpec:
                   f"{_ELEMENTWISE[0]}{_ELEMENTWISE[1]}special('{fn}', src1[src1 + r*src1_stride + j]) "
                   "(numerics.special: within 1 FP16 step of the correctly rounded value, IEEE signed zeros and specials)",
                   {"dst": (Space.ABUF,), "src1": (Space.ABUF,)},
-                  ("rows", "n"), ("dst_stride", "src1_stride"))
+                  ("rows", "n"), ("dst_stride", "src1_stride"), special=fn)
 
 
 OPCODES: dict[Opcode, OpSpec] = {
@@ -304,15 +312,17 @@ OPCODES: dict[Opcode, OpSpec] = {
     Opcode.VSUM: OpSpec(Unit.VECTOR, "row sum",
                         "for r < rows: dst[dst + r*dst_stride] = reduce_sum(src1[src1 + r*src1_stride + 0:n]) "
                         "(vector_width-wide block-aligned tile sums, FP32 tile accumulation, one rounding)",
-                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride")),
+                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride"),
+                        reduction="sum"),
     Opcode.VDOT: OpSpec(Unit.VECTOR, "row dot product",
                         "for r < rows: dst[dst + r*dst_stride] = reduce_sum(a * b over j < n) with a from src1, "
                         "b from src2 (or IMM); exact products, FP32 accumulation, one rounding",
                         {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": VECTOR_SRC},
-                        ("rows", "n"), ("dst_stride", "src1_stride", "src2_stride")),
+                        ("rows", "n"), ("dst_stride", "src1_stride", "src2_stride"), reduction="sum"),
     Opcode.VMAX: OpSpec(Unit.VECTOR, "row maximum",
                         "for r < rows: dst[dst + r*dst_stride] = reduce_max(src1[src1 + r*src1_stride + 0:n])",
-                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride")),
+                        {"dst": (Space.ABUF,), "src1": (Space.ABUF,)}, ("rows", "n"), ("dst_stride", "src1_stride"),
+                        reduction="max"),
     Opcode.ALLGATHER: OpSpec(Unit.ROUTER, "ring all-gather of every card's column slice",
                              "every card contributes rows x n words (its own n) from src1 (row stride src1_stride) "
                              "to be placed at column k (its own offset); afterwards, on every card, "
@@ -330,6 +340,17 @@ OPCODES: dict[Opcode, OpSpec] = {
 }
 
 assert set(OPCODES) == set(Opcode), "every opcode needs a specification"
+
+
+def opcodes_of(unit: Unit) -> tuple:
+    """The opcodes `unit` executes, in Opcode order."""
+    return tuple(op for op, spec in OPCODES.items() if spec.unit is unit)
+
+
+EXECUTING_UNITS = tuple(unit for unit in Unit if unit is not Unit.CONTROL and opcodes_of(unit))
+"""The units that execute opcodes, in Unit order: each has a queue, a status port and a busy counter."""
+REDUCTIONS = tuple(op for op, spec in OPCODES.items() if spec.reduces)
+"""The opcodes that write one word per row."""
 
 
 REG_MASK = (1 << 32) - 1
@@ -657,7 +678,7 @@ def docs_markdown() -> str:
             "is an error, as is a program file whose header lacks a field or has one of the wrong type "
             "(`IllegalInstructionError` naming the line or field).", ""]
     for unit in Unit:
-        out.append(f"## {unit.name.title()} unit\n")
+        out.append(f"## {'DMA' if unit is Unit.DMA else unit.name.title()} unit\n")
         for opcode, spec in OPCODES.items():
             if spec.unit != unit:
                 continue

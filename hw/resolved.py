@@ -113,8 +113,7 @@ def access_blocks(r: Resolved) -> tuple[tuple, tuple]:
         reads = [_block(r, "src1", r.rows, r.n),
                  _block(r, "src2", r.rows, 1 if r.flags.src2_row_scalar else r.n),
                  _block(r, "aux", r.rows, 1 if r.flags.aux_row_scalar else r.n)]
-        reduces = op in (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
-        writes = [_block(r, "dst", r.rows, 1 if reduces else r.n)]
+        writes = [_block(r, "dst", r.rows, 1 if OPCODES[op].reduces else r.n)]
     elif op is Opcode.ALLGATHER:
         first = min(k for _, k in r.slices)
         end = max(k + n for n, k in r.slices)
@@ -184,6 +183,25 @@ def scoreboard_ranges(r: Resolved) -> tuple:
     if r.op is Opcode.ALLGATHER and r.rows:
         writes = ((r.dst[0], r.dst[1], ADDRESS_LIMIT),)
     return reads, writes
+
+
+def hazard(reads: tuple, writes: tuple, reads_old: tuple, writes_old: tuple) -> bool:
+    """Whether an instruction with footprint (reads, writes) must wait for one in flight with (reads_old,
+    writes_old): it writes what the other reads or writes, or reads what the other writes (WAR, WAW, RAW), two
+    ranges (space, lo, hi) of one space overlapping. The scoreboard's rule (hw/core/scoreboard.py), as the cycle
+    model and the controller's testbench apply it."""
+    for space, lo, hi in writes:
+        for space_o, lo_o, hi_o in writes_old:
+            if space is space_o and lo < hi_o and lo_o < hi:
+                return True
+        for space_o, lo_o, hi_o in reads_old:
+            if space is space_o and lo < hi_o and lo_o < hi:
+                return True
+    for space, lo, hi in reads:
+        for space_o, lo_o, hi_o in writes_old:
+            if space is space_o and lo < hi_o and lo_o < hi:
+                return True
+    return False
 
 
 class Decoded:

@@ -12,7 +12,7 @@ benchmark times (decode at position 128, and a 128-token prompt) under three ban
 
 * `pow2`:  bank = c mod 16;
 * `skew`:  bank = (c + c div 16) mod 16 (skewed storage);
-* `prime`: bank = c mod 17 (what hw/core/buffers.py builds: ArchConfig.buffer_banks, the smallest prime above
+* `prime`: the buffers' own map (hw/banks.py: bank = c mod 17 at u280, ArchConfig.buffer_banks, the smallest prime above
   mpu_lanes; its stalls are what the cycle model charges).
 
 The vector unit reads its operands (src1, src2, aux) the same way, as the lanes of one TileReadPort on ABUF: it
@@ -44,6 +44,7 @@ from transformers import GPT2LMHeadModel
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import synthetic_config
 from ringgpt.hw import hbm
+from ringgpt.hw.banks import memory_of, period
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import resolve_run, with_gather_slices
@@ -53,7 +54,7 @@ from ringgpt.sim.cycle_model import (instruction_cost, matrix_stall_cycles, vect
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (("gpt2", 1), ("gpt2-355m", 1), ("gpt2-774m", 2), ("gpt2-1.5b", 4))
 RUNS = {"decode at 128": (128, 1), "prompt of 128": (0, 128)}
-SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) % 16), "prime": (17, lambda c: c % 17)}
+SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) % 16), "prime": (None, None)}
 MAX_CONTEXT = 1024
 
 
@@ -112,11 +113,10 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
             first, last = np.maximum(beat, llo[job]), np.minimum(beat + B, lhi[job]) - 1
             start = hbm.hbm_word(channel, first, cfg) + delta[job]
             end = start + (last - first)
-            chunk = start // K
             if write:
                 ends = (lhi[job] - beat <= B) | ((beat + B) % G == 0)
                 full = (end % K == K - 1) | ends
-                asks.extend(np.where(full, 1 << (chunk % banks), 0).tolist())
+                asks.extend(np.where(full, 1 << memory_of(start, K, banks), 0).tolist())
             else:
                 asks.extend([1 << banks] * len(beat))
         out.append(asks)
@@ -155,7 +155,7 @@ def dma_figures(cfg, run) -> dict:
     cycle per engine and at the HBM's sustained rate."""
     B = cfg.beat_words
     rates = {"port": 1.0, "hbm": min(1.0, cfg.hbm_bytes_per_cycle / (cfg.hbm_channels * 2 * B))}
-    period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, cfg.buffer_chunk_words * cfg.buffer_banks
+    period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, period(cfg.buffer_chunk_words, cfg.buffer_banks)
     out = {"transfers": 0, **{f"{rate}_cycles": 0 for rate in rates}, **{f"{rate}_extra": 0 for rate in rates}}
     cache: dict = {}
     for r in run:

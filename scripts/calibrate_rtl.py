@@ -22,7 +22,7 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.core.core import BUSY_UNITS
+from ringgpt.hw.core.units import UNIT_NAMES
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Program, assemble
 from ringgpt.sim.functional import SimulatorDevice
@@ -125,13 +125,13 @@ def row(label: str, rtl: list, model: list) -> str:
     card on both sides."""
     card = max(range(len(rtl)), key=lambda c: rtl[c][0])
     rtl_cycles, model_cycles = max(c for c, _ in rtl), max(c for c, _ in model)
-    pairs = [(rtl[card][1].get(u, 0), model[card][1].get(u, 0)) for u in BUSY_UNITS]
+    pairs = [(rtl[card][1].get(u, 0), model[card][1].get(u, 0)) for u in UNIT_NAMES]
     units = " | ".join(f"{a} / {b} ({pct(a, b)})" for a, b in pairs)
     return f"| {label} | {rtl_cycles} | {model_cycles} | {pct(rtl_cycles, model_cycles)} | {units} |"
 
 
 HEADER = ("| {} | RTL cycles | model cycles | model error | " +
-          " | ".join(f"{u} busy RTL / model" for u in BUSY_UNITS) + " |\n|---|---:|---:|---:|" + "---:|" * len(BUSY_UNITS))
+          " | ".join(f"{u} busy RTL / model" for u in UNIT_NAMES) + " |\n|---|---:|---:|---:|" + "---:|" * len(UNIT_NAMES))
 
 
 def card_programs(config: ArchConfig, lines: list) -> list:

@@ -5,7 +5,7 @@ test_rtl_dma.py's random instructions, on Verilator by default) with the harness
 instruction's busy cycles, then writes docs/rtl-cycles.md: for each opcode the instructions measured, how
 many the model gets exactly, and the largest difference, for the model before calibration (the hand-typed
 pipeline depths the config used to carry; for LOAD rows * ceil(n / vector_width)) and now (depths and
-overheads read from the units: sim/cycle_model.unit_timing, hw/core/dma.onchip_cycles).
+overheads read from the units: sim/cycle_model.unit_timing, hw/core/timing.onchip_cycles).
 
 Run: python scripts/cycle_table.py [--sim verilator|icarus] [--records FILE] [--out docs/rtl-cycles.md]
 """
@@ -97,7 +97,7 @@ the instruction to `done`, both included). "Before" is `instruction_cost` with t
 the config used to carry (`mpu_pipeline_cycles` {PIPELINE_BEFORE["mpu"]}, `vpu_pipeline_cycles` {PIPELINE_BEFORE["vpu"]}) and one beat per tile, and
 for on-chip LOADs rows x ceil(n / vector_width) cycles; "now" is `instruction_cost` of the whole instruction as
 the harness resolved it (addresses and strides included), which reads the units' latencies and overheads
-(`sim/cycle_model.unit_timing`, `hw/core/dma.onchip_cycles`: transposed LOADs go through a
+(`sim/cycle_model.unit_timing`, `hw/core/timing.onchip_cycles`: transposed LOADs go through a
 vector_width x vector_width tile) and models the accumulator loop and a unit's own buffer stalls (see
 docs/cycle-model.md); the instructions run while the harness contends for the buffers are not counted. LOAD rows
 are split into straight and transposed copies.

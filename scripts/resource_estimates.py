@@ -155,9 +155,9 @@ def unit_parts(cfg) -> dict:
 
 
 def core_buffer_ports(cfg) -> dict:
-    """Every buffer port of the core's units at `cfg` (hw/core/core.py's UNIT_CLASSES, built only to read their
+    """Every buffer port of the core's units at `cfg` (hw/core/units.py's UNIT_CLASSES, built only to read their
     `buffer_ports`): (unit name, port name) -> (space, signature)."""
-    from ringgpt.hw.core.core import UNIT_CLASSES
+    from ringgpt.hw.core.units import UNIT_CLASSES
     ports = {}
     for name, cls in UNIT_CLASSES.items():
         unit = cls(cfg)
@@ -481,7 +481,7 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
 
 def check_buffers(cfg) -> int:
     """Yosys's figures for the core's buffers at `cfg` (hw/core/buffers.Buffers with every buffer port of
-    core.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s composition."""
+    units.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s composition."""
     from ringgpt.hw.core.buffers import Buffers
     ports = {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}   # core.py's names
     started = time.monotonic()

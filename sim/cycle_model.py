@@ -13,10 +13,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ringgpt.hw.intmath import ceil_div
+from ringgpt.hw.banks import memory_of, period, tile_read_cycles
 from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.core.axi import AXI_PAGE_BYTES
+from ringgpt.hw.core.timing import DMATiming, FetchTiming, MatrixTiming, VectorTiming, router_cycles
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
-from ringgpt.hw.resolved import Resolved, scoreboard_ranges
+from ringgpt.hw.resolved import Resolved, hazard, scoreboard_ranges
 
 
 class Cost(NamedTuple):
@@ -29,19 +33,12 @@ class Cost(NamedTuple):
     host_bytes: int = 0
 
 
-def _ceil_div(a: float, b: float) -> int:
-    return math.ceil(a / b)
-
 
 @functools.cache
 def unit_timing(cfg: ArchConfig) -> dict:
     """The pipeline depths and fixed overheads of the matrix and vector units of `cfg`, read from the
-    RTL units' own attributes (hw/core/matrix.py, hw/core/vector.py), not typed into the config."""
-    from ringgpt.hw.core.matrix import MatrixUnit
-    from ringgpt.hw.core.vector import VectorUnit
-    matrix, vector = MatrixUnit(cfg), VectorUnit(cfg)
-    for unit in (matrix, vector):
-        unit._MustUse__silence = True
+    units' timing classes (hw/core/timing.py, which the RTL units inherit), not typed into the config."""
+    matrix, vector = MatrixTiming(cfg), VectorTiming(cfg)
     return {"matrix": {"latency": matrix.latency, "row_max": matrix.row_max_latency, "overhead": matrix.overhead,
                        "loop": matrix.loop_latency},
             "vector": {"latency": dict(vector.latency), "overhead": vector.overhead, "loop": vector.loop_latency}}
@@ -59,10 +56,9 @@ def weight_beat_cycles(base: int, stride: int, n: int, k: int, cfg: ArchConfig, 
                        bank_of=None) -> np.ndarray:
     """Cycles of each beat (column group g, tile t) of a MATMUL's or MASKED_QK's weight reads (hw/core/matrix.py):
     lane l reads mac_width words at base + (g * lanes + l) * stride + t * mac_width for the columns below n,
-    `buffers.tile_read_cycles` over the config's memories (or `banks` and `bank_of`, for comparisons)."""
-    from ringgpt.hw.core.buffers import tile_read_cycles
+    `banks.tile_read_cycles` over the config's memories (or `banks` and `bank_of`, for comparisons)."""
     L, W = cfg.mpu_lanes, cfg.mac_width
-    g, t, lane = np.meshgrid(np.arange(_ceil_div(n, L)), np.arange(_ceil_div(k, W)), np.arange(L), indexing="ij")
+    g, t, lane = np.meshgrid(np.arange(ceil_div(n, L)), np.arange(ceil_div(k, W)), np.arange(L), indexing="ij")
     column = g * L + lane
     return tile_read_cycles(base + column * stride + t * W, column < n, W, cfg.buffer_chunk_words,
                             banks or cfg.buffer_banks, bank_of)
@@ -91,9 +87,8 @@ def _matrix_stalls(weights: tuple, bias: int | None, writes: bool, rows: int, n:
                    cfg: ArchConfig) -> int:
     """matrix_stall_cycles of `rows` rows: the weights at (address, column stride), the bias at its address or
     None; `writes`: a MASKED_QK's results and row maxima."""
-    from ringgpt.hw.core.buffers import tile_read_cycles
     L, W = cfg.mpu_lanes, cfg.mac_width
-    groups, tiles = _ceil_div(n, L), _ceil_div(k, W)
+    groups, tiles = ceil_div(n, L), ceil_div(k, W)
     _, g, t, lane = np.meshgrid(np.arange(rows), np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
     one = (rows, groups, tiles, 1)
     column = g * L + lane
@@ -121,8 +116,8 @@ def _bias_tiles(weights: tuple, bias: int, groups: int, tiles: int, cfg: ArchCon
     it, else the last tile."""
     L, C, P = cfg.mpu_lanes, cfg.buffer_chunk_words, cfg.buffer_banks
     g, t = np.meshgrid(np.arange(groups), np.arange(tiles), indexing="ij")
-    free = (weights[0] + (g * L + L) * weights[1] + t * cfg.mac_width) // C % P
-    match = free == (bias + g * L) // C % P
+    free = memory_of(weights[0] + (g * L + L) * weights[1] + t * cfg.mac_width, C, P)
+    match = free == memory_of(bias + g * L, C, P)
     return np.where(match.any(axis=1), match.argmax(axis=1), tiles - 1)
 
 
@@ -161,9 +156,8 @@ def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig) -> 
     (a row scalar: its one word at address + r * stride); the sum of tile_read_cycles - 1."""
     if len(operands) < 2:
         return 0
-    from ringgpt.hw.core.buffers import tile_read_cycles
     V = cfg.vector_width
-    r, t = np.meshgrid(np.arange(rows), np.arange(_ceil_div(n, V)), indexing="ij")
+    r, t = np.meshgrid(np.arange(rows), np.arange(ceil_div(n, V)), indexing="ij")
     starts = np.stack([base + r * stride + (0 if scalar else t * V) for base, stride, scalar in operands], axis=-1)
     words = np.array([1 if scalar else V for _, _, scalar in operands])
     cycles = tile_read_cycles(starts, np.ones(starts.shape, bool), words, cfg.buffer_chunk_words, cfg.buffer_banks)
@@ -185,11 +179,8 @@ def vector_operands(r: Resolved, cfg: ArchConfig) -> tuple:
 def _periods_below(addresses: list, cfg: ArchConfig) -> int:
     """The whole periods of the buffer memories (chunk x banks words) below the lowest of `addresses`: moving
     reads of one buffer down by them together keeps each chunk's memory and which chunks are the same."""
-    period = cfg.buffer_chunk_words * cfg.buffer_banks
-    return min(addresses) // period * period
-
-
-_VECTOR_SUMS = (Opcode.VSUM, Opcode.VDOT)
+    step = period(cfg.buffer_chunk_words, cfg.buffer_banks)
+    return min(addresses) // step * step
 
 
 def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
@@ -203,7 +194,7 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         # (row, column group) pairs interleaved through the tile accumulator (hw/core/matrix.py); a beat whose
         # weight, x and bias tiles share a buffer memory stalls (matrix_stall_cycles).
         t = unit_timing(cfg)["matrix"]
-        issue = _issue_cycles(r.rows * _ceil_div(r.n, cfg.mpu_lanes), _ceil_div(r.k, cfg.mac_width), t["loop"])
+        issue = _issue_cycles(r.rows * ceil_div(r.n, cfg.mpu_lanes), ceil_div(r.k, cfg.mac_width), t["loop"])
         tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
         if issue:
             issue += matrix_stall_cycles(r, cfg)
@@ -211,12 +202,10 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
     if unit is Unit.VECTOR:
         # One chunk of vector_width elements per cycle; a row sum's chunks go through the accumulator loop.
         t = unit_timing(cfg)["vector"]
-        chunks = _ceil_div(r.n, cfg.vector_width)
-        if r.op in _VECTOR_SUMS:
-            issue, tail = _issue_cycles(r.rows, chunks, t["loop"]), t["latency"]["sum"]
-        else:
-            issue = r.rows * chunks
-            tail = t["latency"]["max" if r.op is Opcode.VMAX else "elementwise"]
+        chunks = ceil_div(r.n, cfg.vector_width)
+        reduction = OPCODES[r.op].reduction
+        issue = _issue_cycles(r.rows, chunks, t["loop"]) if reduction == "sum" else r.rows * chunks
+        tail = t["latency"][reduction or "elementwise"]
         if issue:   # chunks whose operands share a buffer memory stall (vector_stall_cycles)
             issue += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
@@ -231,19 +220,18 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         # words per cycle; transposed copies through a vector_width x vector_width tile).
         return Cost(unit, _modeled_dma(cfg).cycles(r.rows, r.n, bool(r.flags.transpose)))
     # Router: the RTL unit's own cycles on direct links (hw/core/router.py), and what a board's link adds per hop.
-    from ringgpt.hw.core.router import router_cycles
     if r.op is Opcode.ALLGATHER:
         in_place = r.src1 == (r.dst[0], r.dst[1] + r.k) and r.src1_stride == r.dst_stride
         cycles = router_cycles(cfg, r.op, r.rows, r.n, slices=r.slices, card=r.card, in_place=in_place)
         # In step s a card forwards the slice of card (id - s): every slice but its successor's; each step pays
         # the hop and the largest slice's time on the link beyond one beat per cycle.
-        largest = r.rows * _ceil_div(max(n for n, _ in r.slices), cfg.vector_width)
+        largest = r.rows * ceil_div(max(n for n, _ in r.slices), cfg.vector_width)
         sent = 2 * r.rows * (sum(n for n, _ in r.slices) - r.slices[(r.card + 1) % cfg.cards][0])
         return Cost(unit, cycles + (cfg.cards - 1) * (cfg.ring_latency_cycles + link_excess(largest, cfg)),
                     ring_bytes=sent)
     cycles = router_cycles(cfg, r.op, r.rows, r.n)
     if r.op is Opcode.SEND:     # the hop itself is the receiver's wait (schedule)
-        return Cost(unit, cycles + link_excess(r.rows * _ceil_div(r.n, cfg.vector_width), cfg), ring_bytes=2 * words)
+        return Cost(unit, cycles + link_excess(r.rows * ceil_div(r.n, cfg.vector_width), cfg), ring_bytes=2 * words)
     return Cost(unit, cycles)   # RECV: the block queued at the receiver into ABUF
 
 
@@ -251,14 +239,14 @@ def link_excess(beats: int, cfg: ArchConfig) -> int:
     """Cycles a block of `beats` payload beats (and its header beat) takes on a ring link of ring_link_gbps beyond
     the router's one beat per cycle (each beat is vector_width words)."""
     sent = 1 + beats
-    return max(0, _ceil_div(sent * 2 * cfg.vector_width, cfg.ring_bytes_per_cycle) - sent)
+    return max(0, ceil_div(sent * 2 * cfg.vector_width, cfg.ring_bytes_per_cycle) - sent)
 
 
 # --- DMA: the RTL unit's transfer, served by HBM's pseudo-channels (docs/cycle-model.md "DMA and HBM") ---------
 
 def dma_cycles(r: Resolved, cfg: ArchConfig) -> int:
     """Busy cycles of an off-chip LOAD, STORE or GATHER: the RTL unit's own count (hw/core/dma.py,
-    DMAUnit.transfer_cycles: job generation, bursts and requests in flight per AXI port, hbm_latency_cycles
+    DMATiming.transfer_cycles: job generation, bursts and requests in flight per AXI port, hbm_latency_cycles
     per request) on memories that serve each port no faster than the physical HBM (`hbm_service`) or the host
     link (host_link_gbps) do. GATHER's table rows are taken as consecutive (the indices are data)."""
     return _modeled_dma(cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles)
@@ -270,20 +258,18 @@ _SERVED_LIMIT = 1 << 14
 
 @functools.cache
 def _modeled_dma(cfg: ArchConfig):
-    """DMAUnit of `cfg` whose per-port service (DMAUnit._serve: one beat per cycle, a STORE's one beat per cycle in
+    """DMATiming of `cfg` whose per-port service (DMATiming._serve: one beat per cycle, a STORE's one beat per cycle in
     all, hbm_outstanding requests per latency + 1 cycles, one job per cycle) is bounded below by the memory's own time for the same rows:
     `hbm_service`, or the host buffer's bytes at host_link_gbps. Remembered by the rows' addresses modulo a
     period of the HBM map that keeps every channel's beats, 4 KiB pages and bursts (C x C granules, enough of them
     to move each channel's local addresses by whole pages), so the tiles of transposed LOADs and the layers'
     alike transfers cost one computation."""
-    from ringgpt.hw.core.axi import AXI_PAGE_BYTES
-    from ringgpt.hw.core.dma import DMAUnit
     c, g = cfg.hbm_channels, cfg.hbm_interleave_words
     periods = {False: c * c * g * (AXI_PAGE_BYTES // math.gcd(2 * c * g, AXI_PAGE_BYTES)), True: AXI_PAGE_BYTES // 2}
     host_rate = cfg.host_link_gbps * 1e3 / cfg.clock_mhz    # bytes per cycle
     served: dict = {}
 
-    class ModeledDMA(DMAUnit):
+    class ModeledDMA(DMATiming):
         def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int, serial: bool = False) -> int:
             starts = np.asarray(starts, dtype=np.int64)
             period = periods[host]
@@ -296,9 +282,7 @@ def _modeled_dma(cfg: ArchConfig):
                 served[key] = max(engine, math.ceil(memory) - 1)
             return served[key]
 
-    unit = ModeledDMA(cfg)
-    unit._MustUse__silence = True
-    return unit
+    return ModeledDMA(cfg)
 
 
 class HbmService(NamedTuple):
@@ -374,23 +358,6 @@ def instruction_class(r: Resolved) -> str:
         spaces = (r.dst[0], r.src1[0])
         return "dma-hbm" if Space.HBM in spaces else "dma-host" if Space.HOST in spaces else "dma-onchip"
     return _UNIT_CLASS[unit]
-
-
-def _hazard(reads: tuple, writes: tuple, reads_e: tuple, writes_e: tuple) -> bool:
-    """Whether an instruction (reads, writes) conflicts with one in flight (reads_e, writes_e): WAW, WAR or RAW,
-    ranges (space, lo, hi) overlapping in the same space."""
-    for space, lo, hi in writes:
-        for space_e, lo_e, hi_e in writes_e:
-            if space is space_e and lo < hi_e and lo_e < hi:
-                return True
-        for space_e, lo_e, hi_e in reads_e:
-            if space is space_e and lo < hi_e and lo_e < hi:
-                return True
-    for space, lo, hi in reads:
-        for space_e, lo_e, hi_e in writes_e:
-            if space is space_e and lo < hi_e and lo_e < hi:
-                return True
-    return False
 
 
 @dataclass
@@ -534,9 +501,7 @@ QUEUE_TO_UNIT = 2
 @functools.cache
 def _fetch_shape(cfg: ArchConfig) -> tuple:
     """(beats_per_word, FIFO depth in words, words per burst) of the RTL's fetch unit for `cfg`."""
-    from ringgpt.hw.core.fetch import Fetch
-    fetch = Fetch(cfg)
-    fetch._MustUse__silence = True
+    fetch = FetchTiming(cfg)
     return fetch.beats_per_word, fetch.depth, fetch.burst_words
 
 
@@ -612,7 +577,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
             for done_e, unit_e, read_spaces_e, write_spaces_e, reads_e, writes_e in inflight:
                 if (unit_e is not unit and done_e > decision
                         and (write_spaces & (read_spaces_e | write_spaces_e) or read_spaces & write_spaces_e)
-                        and _hazard(reads, writes, reads_e, writes_e)):
+                        and hazard(reads, writes, reads_e, writes_e)):
                     decision = done_e
             start = max(decision + QUEUE_TO_UNIT, unit_free[slot])
             ready = start

@@ -9,7 +9,7 @@ from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
-from ringgpt.hw.core.router import router_cycles
+from ringgpt.hw.core.timing import router_cycles
 from ringgpt.sim import cycle_model
 from ringgpt.sim.cycle_model import (_costed, _fetch_shape, instruction_class, instruction_cost, link_excess,
                                      schedule, unit_timing)
@@ -368,7 +368,7 @@ def test_weight_stalls_are_the_weight_beats_count(stride):
     beat of the weights, once per row."""
     import numpy as np
 
-    from ringgpt.hw.core.buffers import tile_read_cycles
+    from ringgpt.hw.banks import tile_read_cycles
     cfg = get_config("u280")
     L, W, C, P = cfg.mpu_lanes, cfg.mac_width, cfg.buffer_chunk_words, cfg.buffer_banks
     for n, k in ((16, 64), (37, 200), (100, 1)):

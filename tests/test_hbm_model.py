@@ -1,6 +1,6 @@
 """The cycle model's DMA and HBM (docs/cycle-model.md "DMA and HBM"): the physical effects of the pseudo-channels,
 one hand-computed figure each (`hbm_service`), and the DMA instruction's cycles (`dma_cycles`: the RTL unit's own
-count, DMAUnit.transfer_cycles, with each port served no faster than the memory behind it). sim-small: 4
+count, DMATiming.transfer_cycles, with each port served no faster than the memory behind it). sim-small: 4
 channels, interleave granule 128 words (256 B), 32-byte accesses, 1.6 GB/s x 0.9 = 14.4 B per 100 MHz cycle per
 channel, 10 ns (1 cycle) per page miss, one 16-byte port (a beat of 8 words) per channel, 16 requests in flight,
 32 cycles of latency."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ringgpt.hw.config import get_config
-from ringgpt.hw.core.dma import PortEngine, transfer_cycles
+from ringgpt.hw.core.timing import PortTiming, transfer_cycles
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import Flags, Opcode, Space
 from ringgpt.hw.resolved import Resolved
@@ -33,7 +33,7 @@ def test_the_figures_the_hand_computations_use():
     assert CFG.hbm_peak_gbps / CFG.hbm_channels * CFG.hbm_efficiency * 1e3 / CFG.clock_mhz == pytest.approx(14.4)
     assert CFG.hbm_page_miss_ns * CFG.clock_mhz / 1e3 == 1.0
     assert (CFG.hbm_outstanding, CFG.hbm_latency_cycles, CFG.dma_ports, CFG.hbm_port_bits // 8) == (16, 32, 4, 16)
-    assert PortEngine.read_cycles(32) == 3 + 32 + 1 and PortEngine.write_cycles(32) == 3 + 2 + 32
+    assert PortTiming.read_cycles(32) == 3 + 32 + 1 and PortTiming.write_cycles(32) == 3 + 2 + 32
 
 
 def test_the_interleave_permutes_each_stripe():

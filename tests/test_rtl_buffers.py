@@ -13,7 +13,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from ringgpt.hw.config import get_config
-from ringgpt.hw.core.buffers import BankedBuffer, Buffers, tile_read_cycles
+from ringgpt.hw.banks import tile_read_cycles
+from ringgpt.hw.core.buffers import BankedBuffer, Buffers
 from ringgpt.hw.core.interfaces import ReadPort, TileReadPort
 from ringgpt.hw.isa import Space
 

@@ -7,8 +7,7 @@ from ringgpt.hw.config import get_config
 from ringgpt.hw.core.axi import AXI_MAX_BURST
 from ringgpt.hw.core.controller import Controller
 from ringgpt.hw.core.fetch import Fetch
-from ringgpt.hw.core.scoreboard import EXECUTING_UNITS
-from ringgpt.hw.isa import Unit
+from ringgpt.hw.isa import EXECUTING_UNITS, Unit
 from ringgpt.sim.cocotb_support.runner import Design
 
 DESIGN = Design.of("ringgpt.sim.tb.tb_controller:ControlHarness", queue_depth=2)

@@ -9,8 +9,7 @@ import pytest
 
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.datapath import small_config
-from ringgpt.hw.core.dma import DMAUnit, onchip_cycles
-from ringgpt.hw.core.interfaces import timing_unit
+from ringgpt.hw.core.timing import DMATiming, dma_timing, onchip_cycles
 from ringgpt.hw.hbm import hbm_location, hbm_word, local_range
 from ringgpt.hw.isa import Flags, Opcode, Space
 from ringgpt.hw.resolved import Resolved
@@ -21,8 +20,8 @@ INSTRUCTIONS = {"verilator": 60, "icarus": 12}
 OFFCHIP = {"verilator": 60, "icarus": 20}
 
 
-def _unit(cfg) -> DMAUnit:
-    return timing_unit(DMAUnit, cfg)
+def _unit(cfg) -> DMATiming:
+    return dma_timing(cfg)
 
 
 def test_cycles_formula():

@@ -3,7 +3,8 @@ with cocotbext-axi neighbours, and rings of 1 to 3 routers in one simulation (si
 import pytest
 
 from ringgpt.hw.core.datapath import small_config
-from ringgpt.hw.core.router import HEADER, Router, link_block
+from ringgpt.hw.core.router import HEADER, link_block
+from ringgpt.hw.core.timing import RouterTiming
 from ringgpt.hw.isa import Opcode
 from ringgpt.sim.cocotb_support.runner import Design
 
@@ -13,14 +14,8 @@ CASES = {"verilator": 60, "icarus": 24}
 GATHERS = {"verilator": 4, "icarus": 2}
 
 
-def router():
-    unit = Router(small_config(abuf_words=2048, wbuf_words=1024))
-    unit._MustUse__silence = True
-    return unit
-
-
 def test_link_block_and_cycles():
-    unit = router()
+    unit = RouterTiming(small_config(abuf_words=2048, wbuf_words=1024))
     P = unit.width
     words = [[row * 100 + j for j in range(P + 2)] for row in range(2)]
     beats = link_block(Opcode.SEND, 1, 2, P + 2, 0, words, P)

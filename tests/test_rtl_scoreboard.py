@@ -12,12 +12,12 @@ from amaranth.sim import Simulator
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.controller import illegal_word
 from ringgpt.hw.core.interfaces import IssueLayout
-from ringgpt.hw.core.scoreboard import (EXECUTING_UNITS, READ_OPERANDS, WRITE_OPERANDS, FootprintLayout, Scoreboard,
+from ringgpt.hw.core.scoreboard import (READ_OPERANDS, WRITE_OPERANDS, FootprintLayout, Scoreboard,
                                         footprint)
-from ringgpt.hw.isa import (INSTRUCTION_BITS, NUM_REGS, OPCODES, IllegalInstructionError, Instruction,
+from ringgpt.hw.isa import (EXECUTING_UNITS, INSTRUCTION_BITS, NUM_REGS, OPCODES, IllegalInstructionError, Instruction,
                             InstructionLayout, Opcode, Space, decode)
-from ringgpt.hw.resolved import ADDRESS_LIMIT, Decoded, scoreboard_ranges
-from ringgpt.sim.tb.tb_controller import UNIT_OPCODES, conflict, random_instruction
+from ringgpt.hw.resolved import ADDRESS_LIMIT, Decoded, hazard, scoreboard_ranges
+from ringgpt.sim.tb.tb_controller import UNIT_OPCODES, random_instruction
 
 def random_regs(rng: random.Random, *, small: bool = False) -> list:
     regs = [rng.choice([rng.randrange(1 << 32), rng.randrange(64)]) for _ in range(NUM_REGS)]
@@ -93,7 +93,7 @@ def test_scoreboard_hazards_follow_the_rule():
             ctx.set(dut.regs, regs)
             ctx.set(dut.unit, unit)
             ctx.set(dut.pc, pc)
-            expected = any(conflict(ranges, old) for other, entries in in_flight.items() if other is not unit
+            expected = any(hazard(*ranges, *old) for other, entries in in_flight.items() if other is not unit
                            for _, old in entries)
             assert ctx.get(dut.hazard) == expected, f"pc {pc}: {inst}"
             assert ctx.get(dut.idle) == (not any(in_flight.values()))

@@ -29,12 +29,13 @@ class TileAccumulator(wiring.Component):
     same sum; up to one tile per cycle.
     """
 
+    loop_latency = FP32AddCore.latency
+    latency = FP32AddCore.latency + 1
+
     def __init__(self, contexts: int):
         if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
             raise ValueError(f"accumulator contexts must be an int >= 1, got {contexts!r}")
         self.contexts = contexts
-        self.loop_latency = FP32AddCore.latency
-        self.latency = FP32AddCore.latency + 1
         self.fifo_depth = FP32AddCore.latency + 2
         ctx = range(contexts)
         super().__init__({

@@ -24,6 +24,11 @@ def mac_operands(width: int) -> data.StructLayout:
     return data.StructLayout({"x": data.ArrayLayout(FP16, width), "w": data.ArrayLayout(FP16, width)})
 
 
+def mac_tree_latency(width: int) -> int:
+    """Cycles of MacTreeCore(width): two tree passes (the exponents' maximum, the aligned sum) and 5 more."""
+    return 2 * tree_stages(width) + 5
+
+
 def tree_stages(leaves: int) -> int:
     """Pipeline stages of a reduction tree over `leaves` values (LEVELS_PER_STAGE levels a stage)."""
     levels = (leaves - 1).bit_length()
@@ -63,7 +68,7 @@ class MacTreeCore(wiring.Component):
     def __init__(self, width: int):
         check_power_of_two("MAC tree", width)
         self.width = width
-        self.latency = 2 * tree_stages(width) + 5
+        self.latency = mac_tree_latency(width)
         super().__init__({"i": In(mac_operands(width)), "o": Out(FP32)})
 
     def elaborate(self, platform):

@@ -18,6 +18,11 @@ def order_key(m: Module, x, *, name: str) -> Signal:
     return key
 
 
+def max_tree_latency(width: int) -> int:
+    """Cycles of MaxTreeCore(width): one registered comparison level per halving."""
+    return width.bit_length() - 1
+
+
 class MaxTreeCore(wiring.Component):
     """Free-running max tree: `o` = reduce_max(i) over `width` FP16 lanes, `latency` = log2(width)
     cycles (one registered comparison level per cycle)."""
@@ -25,7 +30,7 @@ class MaxTreeCore(wiring.Component):
     def __init__(self, width: int):
         check_power_of_two("max tree", width)
         self.width = width
-        self.latency = width.bit_length() - 1
+        self.latency = max_tree_latency(width)
         super().__init__({"i": In(data.ArrayLayout(FP16, width)), "o": Out(FP16)})
 
     def elaborate(self, platform):

@@ -9,7 +9,7 @@ memories hold densely (a URAM is 4,096 rows of 72 bits).
 
 The lanes of a tile port (`TileReadPort`: the matrix unit's weight, x and bias tiles, the vector unit's
 operands) share one read port per memory: each cycle every memory reads one distinct chunk, so a request
-takes as many cycles as its busiest memory holds distinct chunks (`tile_read_cycles`, which the cycle model
+takes as many cycles as its busiest memory holds distinct chunks (`hw/banks.tile_read_cycles`, which the cycle model
 charges), and the unit stalls for the rest. `banks` is the smallest prime above mpu_lanes (17 at u280; `ArchConfig.buffer_banks`):
 lane l's chunk c0 + l * stride / chunk then falls in a memory of its own for every stride that is not a
 multiple of banks chunks, so the compiled programs' weight reads take one cycle. With a power of two (16)
@@ -41,11 +41,12 @@ dropped.
 """
 from __future__ import annotations
 
-import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In
 
+from ringgpt.hw.banks import chunk_of, place
+from ringgpt.hw.intmath import log2
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 
@@ -56,9 +57,6 @@ from .interfaces import (WORD, BankWritePort, ReadPort, RowWritePort, SharedRead
 ADDRESS = 33
 """Bits of a chunk index or row computed from a 32-bit word address (with room for the next chunk)."""
 
-
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
 
 def select(index, values: list) -> Value:
@@ -117,7 +115,7 @@ class BankedBuffer(wiring.Component):
     buffer[addr + i] for i < width one cycle after `addr`; a write port writes data[i] to addr + i where
     en and mask[i] (and addr + i < words); of two write ports on one word in one cycle, the one listed
     later wins. Throughput: one access per port per cycle; a tile port's request takes at least
-    `tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
+    `banks.tile_read_cycles` cycles. The tile ports and the `shared_reads` (name -> width) share one read port per
     memory (the shared reads granted first, see `_reads`), and the `row_writes` (name -> rows: RowWritePorts), the
     `bank_writes` (names of BankWritePorts: a row per memory, each memory's one requester) and `shared_writes`
     (name -> width: SharedWritePorts) one write port per memory (in that order),
@@ -156,11 +154,11 @@ class BankedBuffer(wiring.Component):
     def _place(self, m: Module, addr, *, name: str):
         """An access at `addr`: its first chunk's bank and offset, and for each memory b which of the
         access's two chunks lands there (0, 1, or 2: none), that chunk's row, and whether it is in the buffer."""
-        lc, P = _log2(self.chunk), self.banks
+        lc, P = log2(self.chunk), self.banks
         first = Signal(len(addr) - lc, name=f"{name}_chunk")
         bank = Signal(range(P), name=f"{name}_bank")
         row = Signal(len(first), name=f"{name}_row")
-        m.d.comb += [first.eq(addr >> lc), bank.eq(first % P), row.eq(first // P)]
+        m.d.comb += [first.eq(chunk_of(addr, self.chunk)), *(s.eq(v) for s, v in zip((bank, row), place(first, P)))]
         places = []
         for b in range(P):
             which = Signal(2, name=f"{name}_b{b}_which")
@@ -174,7 +172,7 @@ class BankedBuffer(wiring.Component):
     def _pick(self, m: Module, name: str, port, bank, offset, rows: list, width: int):
         """A read's data: the `width` words at `offset` of the rows of memories `bank` and `bank` + 1 (`rows`:
         each memory's read data), one cycle after its address."""
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        C, lc, P = self.chunk, log2(self.chunk), self.banks
         bank_d = Signal(range(P), name=f"{name}_bank_d")
         offset_d = Signal(max(lc, 1), name=f"{name}_offset_d")
         m.d.sync += [bank_d.eq(bank), offset_d.eq(offset)]
@@ -184,7 +182,7 @@ class BankedBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        C, P = self.chunk, self.banks
         row_layout = data.ArrayLayout(WORD, C)
         # a power of two of rows (URAM and block RAM are anyway), so that a read of any row address is defined in
         # simulation: the engines' STORE reads start at the buffer word of a beat's lane 0, which may lie before
@@ -276,7 +274,7 @@ class BankedBuffer(wiring.Component):
         its window runs past the first; a row write claims the chunks its mask writes. Returns the request as
         `_bank_writes`' are: (ready, its two chunks' (memory, row, row data, word enables, inside the buffer), the
         memories it claims, urgent)."""
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        C, lc, P = self.chunk, log2(self.chunk), self.banks
         rows, shared = list(self.row_writes), list(self.shared_writes)
         ports = [getattr(self, name) for name in rows + shared]
         asks, urgent = Cat(*(p.en for p in ports)), Cat(*(p.urgent for p in ports))
@@ -314,7 +312,7 @@ class BankedBuffer(wiring.Component):
                   [Mux(index < len(rows), r, s) for r, s in zip(row_fields, shared_fields)])
         m.d.comb += [first.eq(fields[0]), window.eq(fields[1]), enables.eq(fields[2]), claims.eq(fields[3])]
         bank, row = Signal(range(P), name="unit_write_bank"), Signal(ADDRESS, name="unit_write_row")
-        m.d.comb += [bank.eq(first % P), row.eq(first // P)]
+        m.d.comb += [s.eq(v) for s, v in zip((bank, row), place(first, P))]
         wraps = bank == P - 1
         halves = ((bank, row, window[:C * WORD], enables[:C], first < self.chunks),
                   (Mux(wraps, 0, bank + 1), row + wraps, window[C * WORD:], enables[C:], first + 1 < self.chunks))
@@ -398,12 +396,13 @@ class BankedBuffer(wiring.Component):
         parts not yet served are `pending`. Per memory, `banks[b]`: whether a part is pending there and the row of
         the lowest-numbered one."""
         port = getattr(self, name)
-        lc, P = _log2(self.chunk), self.banks
+        lc, P = log2(self.chunk), self.banks
         parts, offsets, lane_parts = [], [], []         # (needed, bank, row) of each part
         for lane in range(tile.lanes):
             first, row = Signal(ADDRESS, name=f"{name}_l{lane}_chunk"), Signal(ADDRESS, name=f"{name}_l{lane}_row")
             bank = Signal(range(P), name=f"{name}_l{lane}_bank")
-            m.d.comb += [first.eq(port.addr[lane] >> lc), bank.eq(first % P), row.eq(first // P)]
+            m.d.comb += [first.eq(chunk_of(port.addr[lane], self.chunk)),
+                         *(s.eq(v) for s, v in zip((bank, row), place(first, P)))]
             offset = port.addr[lane][:lc] if lc else 0
             lane_parts.append([len(parts)])
             parts.append((port.en[lane], bank, row))
@@ -437,7 +436,7 @@ class BankedBuffer(wiring.Component):
         arrives, so the last cycle's rows complete the tile. A lane's words are shifted out of its two rows; an
         aligned lane's are one of the row's chunk / words slots."""
         port = getattr(self, name)
-        C, lc, P = self.chunk, _log2(self.chunk), self.banks
+        C, lc, P = self.chunk, log2(self.chunk), self.banks
         parts, pending, served = request["parts"], request["pending"], request["served"]
         now = Signal(len(parts), name=f"{name}_now")
         for p, (_, bank, row) in enumerate(parts):
@@ -457,7 +456,7 @@ class BankedBuffer(wiring.Component):
             m.d.sync += [bank_d.eq(bank), kept.eq(value)]
             m.d.comb += value.eq(Mux(now_d[p], select(bank_d, rows), kept))
             values.append(value)
-        lw = _log2(tile.words)
+        lw = log2(tile.words)
         for lane, (offset, mine) in enumerate(zip(request["offsets"], request["lane_parts"])):
             offset_d = Signal(max(lc, 1), name=f"{name}_l{lane}_offset_d")
             m.d.sync += offset_d.eq(offset)
@@ -487,19 +486,6 @@ class WriteArbiter(wiring.Component):
                      self.out.en.eq(first.en | second.en)]
         return m
 
-
-def tile_read_cycles(starts: np.ndarray, enabled: np.ndarray, words: int, chunk: int, banks: int,
-                     bank_of=None) -> np.ndarray:
-    """Cycles of TileReadPort requests (the last axis: the lanes' first words `starts`, `enabled`; each
-    lane reads `words`, a number or one per lane: 1 for a `single` lane): the largest number of distinct
-    chunks one bank holds, at least 1 (`bank_of(c)`: a chunk's bank, by default c mod banks)."""
-    first, last = starts // chunk, (starts + words - 1) // chunk
-    chunks = np.concatenate([np.where(enabled, first, -1), np.where(enabled & (last != first), last, -1)], axis=-1)
-    chunks = np.sort(chunks, axis=-1)
-    distinct = (chunks >= 0) & np.concatenate([np.ones_like(chunks[..., :1], bool), chunks[..., 1:] != chunks[..., :-1]],
-                                              axis=-1)
-    bank = np.where(distinct, (bank_of or (lambda c: c % banks))(np.maximum(chunks, 0)), banks)
-    return np.maximum(np.stack([(bank == b).sum(axis=-1) for b in range(banks)], axis=-1).max(axis=-1), 1)
 
 
 PORT_KINDS = (ReadPort, WritePort, TileReadPort, SharedReadPort, RowWritePort, BankWritePort, SharedWritePort)

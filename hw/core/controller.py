@@ -14,12 +14,12 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_BITS, Opcode, Unit
+from ringgpt.hw.isa import EXECUTING_UNITS, HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_BITS, Opcode, Unit
 
 from .axi import AXI_ADDRESS_BITS
 from .fetch import PC_BITS, FetchedLayout, FetchPort
 from .interfaces import Completion, ErrorCode, IssueLayout, check_instruction
-from .scoreboard import EXECUTING_UNITS, Scoreboard
+from .scoreboard import Scoreboard
 
 COUNTER_BITS = Shape.cast(Completion().members["cycles"].shape).width
 """Width of the run's cycle counter and busy counters: that of a unit's `Completion.cycles`."""

@@ -1,7 +1,7 @@
 """The single-instruction harness: the buffers and one unit, as the tests (and the cycle table) drive them.
 
 `Datapath(unit, config, abuf_words, wbuf_words)` holds `Buffers` sized from the config and one unit
-(`UNITS`: matrix, vector, dma), wired port by port by name. Besides the unit's own `issue` stream and
+(`units.UNIT_CLASSES`: dma, matrix, vector, router), wired port by port by name. Besides the unit's own `issue` stream and
 `status`, it has a `load` port (port_words words per cycle into ABUF or WBUF; it shares the unit's
 first write port into that buffer through a `WriteArbiter`, the unit winning) and a `dump` port
 (port_words words per cycle out of either buffer, one cycle after the address). A unit that reads ABUF through
@@ -18,7 +18,6 @@ same name and direction, wired straight through.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
@@ -28,11 +27,9 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.isa import Space
 
 from .buffers import Buffers, WriteArbiter
+from .units import UNIT_CLASSES
 from .interfaces import ADDRESS_BITS, WORD, Completion, IssueLayout, ReadPort, SharedReadPort, SharedWritePort, TileReadPort, WritePort
 
-UNITS = {"matrix": "ringgpt.hw.core.matrix:MatrixUnit", "vector": "ringgpt.hw.core.vector:VectorUnit",
-         "dma": "ringgpt.hw.core.dma:DMAUnit", "router": "ringgpt.hw.core.router:Router"}
-"""The units the harness can hold, by the names of isa.Unit (lower case)."""
 
 
 def small_config(base: str = "sim-small", *, abuf_words: int, wbuf_words: int) -> ArchConfig:
@@ -42,11 +39,6 @@ def small_config(base: str = "sim-small", *, abuf_words: int, wbuf_words: int) -
                                wbuf_words=wbuf_words)
 
 
-def unit_class(unit: str):
-    module, _, name = UNITS[unit].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 class Datapath(wiring.Component):
     """Buffers + one unit + load/dump ports (see the module docstring)."""
 
@@ -54,7 +46,7 @@ class Datapath(wiring.Component):
                  wbuf_words: int = 1024):
         self.cfg = small_config(config, abuf_words=abuf_words, wbuf_words=wbuf_words)
         self.unit_name = unit
-        self.unit = unit_class(unit)(self.cfg)
+        self.unit = UNIT_CLASSES[unit](self.cfg)
         self.port_words = min(self.cfg.mac_width, self.cfg.vector_width)
         P = self.port_words
         self.load_layout = data.StructLayout({"en": 1, "space": Space, "addr": ADDRESS_BITS,

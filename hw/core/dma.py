@@ -18,33 +18,29 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
 from __future__ import annotations
 
 
-import numpy as np
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ringgpt.hw.banks import place
+from ringgpt.hw.intmath import log2
 from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
 from .buffers import one_hot_index, select, urgent_first
+from .timing import READ_LATENCY, DMATiming, PortTiming
 from .transpose import TransposeTile
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
+from .interfaces import (ADDRESS_BITS, WORD, BankWritePort, Completion, ErrorCode, IssueLayout, RowWritePort,
                          SharedReadPort,
-                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse)
 
 
 INCR = 1
 """AxBURST of an incrementing burst."""
 
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class Target(enum.Enum, shape=2):
@@ -78,7 +74,7 @@ def to_lane0(m: Module, beat, *, name: str):
     return out
 
 
-class PortEngine(wiring.Component):
+class PortEngine(PortTiming, wiring.Component):
     """One AXI4 master of the DMA unit: HBM pseudo-channel `channel` (its words as hw/hbm.py maps them), or the
     host buffer (`channel` None: word a at byte `base` + 2a).
 
@@ -103,25 +99,6 @@ class PortEngine(wiring.Component):
     `base` must be a multiple of the beat (its low bits are ignored)."""
 
     job_depth = 4
-    request_cycles = 3
-    """Cycles from a job's (the cycle it is offered) to its first burst's handshake: the job queue, the current
-    job, the request register."""
-    data_latency = 1
-    """Cycles from an R handshake to its buffer write (the write register)."""
-    fetch_cycles = 2
-    """Cycles from a write burst's request register to its first W beat on the bus (ABUF read, W queue)."""
-
-    @classmethod
-    def read_cycles(cls, latency: int) -> int:
-        """Cycles from a job's to its first word in a buffer, on a memory of first-beat `latency`."""
-        return cls.request_cycles + latency + cls.data_latency
-
-    @classmethod
-    def write_cycles(cls, latency: int) -> int:
-        """Cycles from a job's to the B response of its one-beat write, on a memory answering `latency` cycles
-        after the last W beat."""
-        return cls.request_cycles + cls.fetch_cycles + latency
-
     def __init__(self, cfg: ArchConfig, channel: int | None):
         self.cfg, self.channel = cfg, channel
         self.beat_words = cfg.beat_words
@@ -144,7 +121,7 @@ class PortEngine(wiring.Component):
     def _lanes(self, m: Module, info, index, *, name: str):
         """For beat `index` of the burst `info` (first, lo, hi): (its local word address, lo_off, the lane mask of
         the job's words in it: lanes [lo_off, hi_off))."""
-        B, lb = self.beat_words, _log2(self.beat_words)
+        B, lb = self.beat_words, log2(self.beat_words)
         local = Signal(ADDRESS_BITS + 1, name=f"{name}_local")
         m.d.comb += local.eq(info.first + (index << lb))
         lo_off, hi_off = Signal(range(B), name=f"{name}_lo_off"), Signal(range(B + 1), name=f"{name}_hi_off")
@@ -164,7 +141,7 @@ class PortEngine(wiring.Component):
         beat's, which a continuing job puts in the next slot. So a sequential transfer writes each chunk once, in
         one grant."""
         K, B = self.chunk, self.beat_words
-        lk, lb = _log2(K), _log2(B)
+        lk, lb = log2(K), log2(B)
         held = Signal(data.StructLayout({"valid": 1, "mask": K}))
         slot = stage.addr[lb:lk] if lk > lb else 0
         mask0 = Signal(K)
@@ -185,11 +162,11 @@ class PortEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, B = self.cfg, self.beat_words
-        lb = _log2(B)
+        lb = log2(B)
         axi = self.axi
         beat_bytes = 2 * B
         base = Signal(AXI_ADDRESS_BITS)
-        m.d.comb += base.eq(Cat(Const(0, _log2(beat_bytes)), self.base[_log2(beat_bytes):]))
+        m.d.comb += base.eq(Cat(Const(0, log2(beat_bytes)), self.base[log2(beat_bytes):]))
         m.d.comb += [axi.arsize.eq(axi.signature.size_code), axi.awsize.eq(axi.signature.size_code),
                      axi.arburst.eq(INCR), axi.awburst.eq(INCR), axi.bready.eq(1)]
 
@@ -210,9 +187,9 @@ class PortEngine(wiring.Component):
         m.d.comb += beats_left.eq(((cur.hi - 1) >> lb) - (cur.next >> lb) + 1)
         address = Signal(AXI_ADDRESS_BITS)
         m.d.comb += address.eq(base + (cur.next << 1))
-        page = _log2(AXI_PAGE_BYTES)
+        page = log2(AXI_PAGE_BYTES)
         to_page = Signal(range(AXI_PAGE_BYTES // beat_bytes + 1))
-        m.d.comb += to_page.eq((AXI_PAGE_BYTES - address[:page]) >> _log2(beat_bytes))
+        m.d.comb += to_page.eq((AXI_PAGE_BYTES - address[:page]) >> log2(beat_bytes))
         beats = Signal(range(AXI_MAX_BURST + 1))
         limit = Mux(to_page < AXI_MAX_BURST, to_page, AXI_MAX_BURST)
         m.d.comb += beats.eq(Mux(beats_left < limit, beats_left, limit))
@@ -269,7 +246,7 @@ class PortEngine(wiring.Component):
         # beat or the beat ends an interleave granule (the channel's next granule lies elsewhere)
         ends = rhead.hi - r_local <= B
         if self.channel is not None and cfg.hbm_interleave_words > B:
-            ends = ends | (r_local[lb:_log2(cfg.hbm_interleave_words)] == (cfg.hbm_interleave_words // B) - 1)
+            ends = ends | (r_local[lb:log2(cfg.hbm_interleave_words)] == (cfg.hbm_interleave_words // B) - 1)
         elif self.channel is not None:
             ends = Const(1)
         r_addr = Signal(ADDRESS_BITS)
@@ -284,7 +261,7 @@ class PortEngine(wiring.Component):
                          stage.addr.eq(r_addr), stage.ends.eq(ends),
                          stage.data.eq(axi.rdata), stage.mask.eq(r_mask), stage.off.eq(r_off)]
             for s in range(K // B):
-                with m.If((r_addr[lb:_log2(K)] == s) if K > B else 1):
+                with m.If((r_addr[lb:log2(K)] == s) if K > B else 1):
                     m.d.sync += row_data.as_value()[s * B * WORD:(s + 1) * B * WORD].eq(axi.rdata)
         with m.Elif(taken):
             m.d.sync += stage.valid.eq(0)
@@ -326,57 +303,27 @@ class PortEngine(wiring.Component):
         return m
 
 
-class DMAUnit(wiring.Component):
+class DMAUnit(DMATiming, wiring.Component):
     """The DMA unit of `cfg`: LOAD, STORE and GATHER exactly as the functional simulator's `_copy` and
-    `_gather` (docs/isa.md, "Dma unit"): for r < rows, j < n: dst[dst + r*dst_stride + j] = src1[src1 +
-    r*src1_stride + j], with the transpose flag dst[dst + j*dst_stride + r]; GATHER reads row r's table row
-    from HBM at src1 + i*src1_stride, i the uint16 bits of src2[src2 + r] (ABUF or HOST).
+    `_gather` (docs/isa.md, "DMA unit"); docs/rtl-core.md describes how it works and what it costs.
 
-    Outside ports: `hbm0` .. `hbm{C-1}` (C = hbm_channels) and `host`, AXI4 masters of hbm_port_bits
-    (hw/core/axi.py), and the inputs `hbm_base` (a byte base per channel: channel c's local word w is at
-    hbm_base[c] + 2w; the HBM word map is hw/hbm.py's) and `host_base` (host word a at host_base + 2a); bases
-    are multiples of the beat. Buffer ports: `abuf_src` (a SharedReadPort of max(vector_width, beat) words, the
-    unit's one ABUF read: the on-chip copies' chunks, GATHER's ABUF indices and, through `_store_reads`, the
-    engines' STORE beats, one a cycle; no instruction needs two of them, and a step that reads waits for its
-    grant), `abuf_dst`, `wbuf_dst` (RowWritePorts: the on-chip copies' and the transpose tile's vector_width words
-    shifted into two chunk rows, the first of their buffer's unit writers and urgent, while the engines write no
-    rows, so never refused), and `engines_to_abuf` and `engines_to_wbuf` (BankWritePorts: the engines' rows, one
-    per memory, chosen by one crossbar for both, `_row_writes`).
+    Outside ports: `hbm0` .. `hbm{C-1}` (C = hbm_channels) and `host`, AXI4 masters of hbm_port_bits; `hbm_base`
+    (a byte base per channel, hw/hbm.py's word map) and `host_base`, multiples of the beat. Buffer ports:
+    `abuf_src` (the unit's one ABUF read: on-chip copies' chunks, GATHER's indices, the engines' STORE beats),
+    `abuf_dst`, `wbuf_dst` (on-chip copies and the transpose tile, never refused) and `engines_to_abuf`,
+    `engines_to_wbuf` (the engines' rows, one per memory, through one crossbar, `_row_writes`).
 
-    How: on-chip LOADs (src1 in ABUF) as before (`cycles`). Off chip, a generator emits one row job per
-    cycle (a row of the off-chip block with the buffer address of its first word), broadcast to the HBM
-    engines or given to the host engine (`PortEngine`); each engine moves its part in full-length bursts with
-    hbm_outstanding in flight, into or out of the buffers through the shared ports, so a long sequential LOAD
-    runs every HBM port at one beat per cycle while the grants allow (one row per memory per cycle: the
-    engines behind the leader go first, which keeps them in step; on the compiled programs at the HBM's
-    sustained rate the grants cost 1 to 2 % of the DMA's cycles on decode, scripts/bank_conflicts.py; a
-    transfer whose HBM and buffer words differ modulo the chunk writes more rows and costs more). An off-chip
-    LOAD's or GATHER's words keep their offsets within the beat (the ISA's rule, hw/resolved.misaligned_transfer),
-    so the engines write beats into rows unshifted; the transpose tile's and GATHER's index beats are shifted to
-    lane 0 once, here (`to_lane0`), and a STORE beat's words are read from ABUF at the buffer word of its lane 0.
-    GATHER: one table-row job per index (indices from ABUF at one per two
-    cycles, or streamed from the host). Transposed LOAD from HBM/HOST: the on-chip transposed copy with its
-    tile filled by jobs, one beat per cycle from whichever engine (P source rows of up to P words, then P
-    columns drained). Transposed STORE: one job per word (one word per cycle).
+    On chip: one chunk of vector_width words per cycle (`cycles`), transposed through the P x P tile. Off chip:
+    one row job per cycle to the `PortEngine`s, each moving its part in bursts with hbm_outstanding in flight,
+    one beat per port per cycle while the grants allow (`transfer_cycles`, from DMATiming). An off-chip LOAD's or
+    GATHER's words keep their offsets within the beat (hw/resolved.misaligned_transfer), so beats go into rows
+    unshifted; the transpose tile's and GATHER's index beats are shifted to lane 0 once, here (`to_lane0`).
 
-    Latency and throughput (uncontended, a memory answering L cycles after a request; `transfer_cycles`
-    estimates the busy cycles, exactly for sequential and strided transfers on the testbench's AxiRams): the
-    first job goes out the cycle after CHECK, its first burst request `PortEngine.request_cycles` (3) cycles
-    later, a read beat lands in its buffer `PortEngine.data_latency` (1) cycle after its R handshake, a write
-    burst's first W beat goes out `PortEngine.fetch_cycles` (2) after its request; every port moves one beat
-    (hbm_port_bits) per cycle as long as hbm_outstanding bursts cover L: C x hbm_port_bits / 16 words per
-    cycle on a long sequential LOAD or STORE (32 at sim-small, 1,024 at u280). On-chip copies as `cycles`.
-
-    Errors: the checks of every unit (interfaces.check_instruction), MISALIGNED for an off-chip LOAD or GATHER
-    that breaks the beat rule, OUT_OF_RANGE for an ABUF/WBUF block past
-    its buffer, an HBM block past hbm_words, a HOST block past 2**32 and, while running, a gathered table row
-    past hbm_words; BUS for an SLVERR/DECERR response: the unit then issues no more bursts, writes nothing
-    more, waits for the bursts in flight and completes with the code (words already moved stay moved).
-
-    Preconditions it does not check (the compiler's copies meet them): the destination block does not overlap
-    the source block (nor GATHER's indices) unless exactly in place on chip; off-chip LOADs and GATHERs
-    write non-overlapping destination rows (their words arrive from several ports in any order); a
-    transposed copy of more than vector_width rows has non-overlapping destination rows.
+    Errors: the checks of every unit (interfaces.check_instruction), MISALIGNED (the beat rule), OUT_OF_RANGE (a
+    block past its space, or a gathered row past hbm_words while running), BUS (SLVERR/DECERR: no more bursts, the
+    ones in flight finished, words already moved stay moved). Preconditions it does not check (the compiler meets
+    them): a destination does not overlap its source unless exactly in place on chip; off-chip LOADs and GATHERs,
+    and transposed copies of more than vector_width rows, write non-overlapping destination rows.
     """
 
     opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.DMA)
@@ -384,13 +331,8 @@ class DMAUnit(wiring.Component):
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:
             raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
-        self.cfg = cfg
-        self.width = P = cfg.vector_width
-        self.beat_words = B = cfg.beat_words
-        self.latency = READ_LATENCY + 1
-        self.drain_latency = 1
-        self.overhead = 4
-        """Cycles of the accept, check, drain-detect and done steps."""
+        DMATiming.__init__(self, cfg)
+        P, B = self.width, self.beat_words
         self.ports = [f"hbm{c}" for c in range(cfg.hbm_channels)] + ["host"]
         if cfg.hbm_interleave_words % B:
             raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
@@ -403,102 +345,11 @@ class DMAUnit(wiring.Component):
                              "wbuf_dst": (Space.WBUF, RowWritePort(cfg.buffer_chunk_words))}
         self.buffer_ports.update({"engines_to_abuf": (Space.ABUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks)),
                                   "engines_to_wbuf": (Space.WBUF, BankWritePort(cfg.buffer_chunk_words, cfg.buffer_banks))})
-        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+        wiring.Component.__init__(self, {"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           **{port: Out(Axi4(cfg.hbm_port_bits)) for port in self.ports},
                           "hbm_base": In(data.ArrayLayout(AXI_ADDRESS_BITS, cfg.hbm_channels)),
                           "host_base": In(AXI_ADDRESS_BITS)})
-
-    # --- cycles ------------------------------------------------------------------------------------------------
-    def steps(self, rows: int, n: int, transpose: bool) -> int:
-        """Issue steps of an on-chip copy of `rows` x `n` words (see `cycles`)."""
-        P = self.width
-        chunks = _ceil_div(n, P)
-        if not transpose:
-            return rows * chunks
-        groups = _ceil_div(rows, P)
-        return chunks * (rows + groups) + groups * n
-
-    def cycles(self, rows: int, n: int, transpose: bool) -> int:
-        """Busy cycles of a legal on-chip LOAD (`overhead` alone when rows or n is 0: ZERO_DIM).
-
-        Straight copies: one chunk of vector_width (P) words per cycle, rows * ceil(n / P) steps, then
-        `latency` (read, write register). Transposed copies go through the P x P tile (`TransposeTile`): for each group
-        of R <= P source rows and each chunk of C <= P columns, R fill steps (one source row each), one step
-        for the last row to land, and C drain steps (one destination row of R words each), then
-        `drain_latency`: about P / 2 words per cycle on full tiles, one destination row per cycle when rows = 1.
-        """
-        if rows <= 0 or n <= 0:
-            return self.overhead
-        return self.overhead + self.steps(rows, n, transpose) + (self.drain_latency if transpose else self.latency)
-
-    job_start = 1
-    """Cycles from CHECK to the first job in the engines' queues (RUN's first cycle emits it)."""
-
-    def transfer_cycles(self, r, *, latency: int, indices=None) -> int:
-        """Estimated busy cycles of a legal off-chip LOAD, STORE or GATHER `r` (hw/resolved.Resolved) with
-        nothing else on the ports, on memories whose first beat (R, or B after the last W) comes `latency`
-        cycles after the handshake before it and then one beat per cycle. GATHER's table rows are `indices`
-        (default 0 .. rows - 1).
-
-        Model: jobs go out one per cycle (transposed STORE: one per word; GATHER: one per two cycles with ABUF
-        indices, after the index read with HOST ones); each port serves its beats (hw/hbm.py's map, 4 KiB
-        pages, AXI_MAX_BURST-beat bursts) one per cycle, and at most hbm_outstanding bursts per `latency` + 1
-        cycles, a STORE's ports one beat per cycle in all (their one ABUF read, `_store_reads`); a read's last beat lands `PortEngine.data_latency` after it arrives, a write is done with the
-        B response after its last W beat. A transposed LOAD pays this per tile of up to P x P words, then
-        drains the tile's columns one per cycle. Bases are taken as page aligned."""
-        P = self.width
-        rows, n, transpose = r.rows, r.n, bool(r.flags.transpose)
-        if rows <= 0 or n <= 0:
-            return self.overhead
-        (x_space, x_base), x_stride = (r.dst, r.dst_stride) if r.op is Opcode.STORE else (r.src1, r.src1_stride)
-        host = x_space is Space.HOST
-        start = self.overhead + self.job_start
-        if r.op is Opcode.LOAD and transpose:   # per tile: its jobs, their words in the tile, the drain
-            total = self.overhead + self.drain_latency
-            for r0 in range(0, rows, P):
-                for c0 in range(0, n, P):
-                    R, C = min(P, rows - r0), min(P, n - c0)
-                    starts = [x_base + (r0 + i) * x_stride + c0 for i in range(R)]
-                    total += (self.job_start + self._serve(starts, C, latency, host, jobs=R)
-                              + PortEngine.read_cycles(latency) + C)
-            return total
-        if r.op is Opcode.GATHER:
-            table = range(rows) if indices is None else indices
-            starts, length = [x_base + int(i) * x_stride for i in table], n
-            if r.src2[0] is Space.HOST:     # the index read, then one job a cycle
-                start += PortEngine.read_cycles(latency) + 1
-                jobs = rows
-            else:                           # each index read one cycle before its job
-                start += 1
-                jobs = 2 * rows - 1
-        elif r.op is Opcode.STORE and transpose:
-            starts, length, jobs = [x_base + j * x_stride + k for j in range(n) for k in range(rows)], 1, rows * n
-        else:
-            starts, length, jobs = [x_base + k * x_stride for k in range(rows)], n, rows
-        serve = self._serve(starts, length, latency, host, jobs=jobs, serial=r.op is Opcode.STORE)
-        if r.op is Opcode.STORE:
-            return start + serve + PortEngine.write_cycles(latency)
-        return start + serve + PortEngine.read_cycles(latency)
-
-    def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int, serial: bool = False) -> int:
-        """Cycles from the first job's to the last one's, or from the first beat to the last, of the rows
-        [start, start + length) (see transfer_cycles); `serial`: the ports' beats one per cycle in all."""
-        cfg, B = self.cfg, self.beat_words
-        starts = np.asarray(starts, dtype=np.int64)[None, :]
-        page_beats = AXI_PAGE_BYTES // (2 * B)
-        if host:
-            lo, hi = starts, starts + length
-        else:   # every port at once: row p of (lo, hi) is port p's channel-local range of each row
-            lo, hi = hbm.local_range(np.arange(cfg.hbm_channels)[:, None], starts, starts + length, cfg)
-        used = lo < hi
-        first, last = lo // B, (hi - 1) // B
-        beats = np.where(used, last - first + 1, 0)
-        pages = last // page_beats - first // page_beats + 1
-        bursts = np.where(used, np.maximum(pages, -(-beats // AXI_MAX_BURST)), 0).sum(axis=1)
-        busiest = max(int(beats.sum() if serial else beats.sum(axis=1).max()),
-                      max(_ceil_div(int(b) * (latency + 1), cfg.hbm_outstanding) for b in bursts.tolist()))
-        return max(busiest, jobs) - 1
 
     # --- the unit ------------------------------------------------------------------------------------------------
     def _store_reads(self, m: Module, engines: list) -> tuple:
@@ -531,7 +382,7 @@ class DMAUnit(wiring.Component):
         banks, rows, urgent = [], [], Signal(n)
         for k, engine in enumerate(engines):
             bank, row = Signal(range(P), name=f"e{k}_bank"), Signal(ADDRESS_BITS, name=f"e{k}_row")
-            m.d.comb += [bank.eq(engine.rows.first % P), row.eq(engine.rows.first // P),
+            m.d.comb += [*(s.eq(v) for s, v in zip((bank, row), place(engine.rows.first, P))),
                          urgent[k].eq(engine.rows.urgent)]
             banks.append(bank)
             rows.append(row)
@@ -559,7 +410,7 @@ class DMAUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, P, B = self.cfg, self.width, self.beat_words
-        lp = _log2(P)
+        lp = log2(P)
         C = cfg.hbm_channels
         engines = [PortEngine(cfg, c) for c in range(C)] + [PortEngine(cfg, None)]
         hbm_engines, host_engine = engines[:C], engines[C]
@@ -607,7 +458,7 @@ class DMAUnit(wiring.Component):
                     & Mux(is_gather, fits(s_src2, src2, 1, rows, 0), fits(s_src1, src1, rows, n, s1)))
         # the engines' rule (hw/resolved.misaligned_transfer): an HBM/host LOAD's or GATHER's words at the same
         # offsets within the beat in the buffer as in the memory
-        lb = _log2(B)
+        lb = log2(B)
         off_chip_read = ((is_load & ~transpose) | is_gather) & ((s_src1 == Space.HBM) | (s_src1 == Space.HOST))
         steps = Mux(is_gather, sd, sd - s1)
         misaligned = off_chip_read & (((dst - src1)[:lb] != 0) | ((rows > 1) & (steps[:lb] != 0))
@@ -830,7 +681,7 @@ class DMAUnit(wiring.Component):
             m.d.sync += wreg.data.eq(tile.read_data)
         # as two rows of the buffers' chunks: the first of its group and urgent, so granted every cycle (its
         # engines, the rest of the group, are idle during on-chip copies); `ready` is not needed
-        lc = _log2(cfg.buffer_chunk_words)
+        lc = log2(cfg.buffer_chunk_words)
         offset = wreg.addr[:lc]
         for port, enable in ((self.abuf_dst, wreg.abuf), (self.wbuf_dst, wreg.wbuf)):
             m.d.comb += [port.first.eq(wreg.addr >> lc), port.data.eq(wreg.data.as_value() << (offset * WORD)),
@@ -842,14 +693,3 @@ class DMAUnit(wiring.Component):
         m.d.comb += done_ready.eq(quiet & ((written == expected) | ~(on_chip | tile_mode) | abort))
         return m
 
-
-def onchip_cycles(cfg: ArchConfig, rows: int, n: int, transpose: bool) -> int:
-    """Busy cycles of an on-chip LOAD on the RTL unit of `cfg` (what the cycle model charges)."""
-    return timing_unit(DMAUnit, cfg).cycles(rows, n, bool(transpose))
-
-
-def transfer_cycles(cfg: ArchConfig, r, *, latency: int | None = None, indices=None) -> int:
-    """Estimated busy cycles of an off-chip LOAD, STORE or GATHER on the RTL unit of `cfg` with the ports to
-    itself (DMAUnit.transfer_cycles; `latency` defaults to cfg.hbm_latency_cycles)."""
-    return timing_unit(DMAUnit, cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles if latency is None else latency,
-                                         indices=indices)

@@ -12,16 +12,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ringgpt.hw.intmath import log2
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import INSTRUCTION_BITS, INSTRUCTION_BYTES, InstructionLayout
 
-from .axi import AXI_ADDRESS_BITS, AXI_MAX_BURST, AXI_PAGE_BYTES, Axi4
+from .axi import AXI_ADDRESS_BITS, AXI_PAGE_BYTES, Axi4
 from .interfaces import ADDRESS_BITS
+from .timing import FetchTiming
 
 PC_BITS = ADDRESS_BITS
 """An instruction's index in its program."""
-FETCH_BURSTS = 4
-"""Bursts fetch keeps in flight when the FIFO is empty: each one is a quarter of the FIFO."""
 AXI_INCR = 1
 """AxBURST of an incrementing burst."""
 
@@ -45,11 +45,8 @@ class FetchPort(wiring.Signature):
         return "FetchPort()"
 
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
-
-class Fetch(wiring.Component):
+class Fetch(FetchTiming, wiring.Component):
     """Fetches the words of a program for the controller (see the module docstring).
 
     `depth` words of FIFO (default: hbm_latency_cycles rounded up to a power of two, enough to cover the
@@ -69,24 +66,16 @@ class Fetch(wiring.Component):
     """
 
     def __init__(self, cfg: ArchConfig, depth: int | None = None):
-        if INSTRUCTION_BITS % cfg.hbm_port_bits:
-            raise ValueError(f"fetch needs hbm_port_bits dividing {INSTRUCTION_BITS}, got {cfg.hbm_port_bits}")
-        self.cfg = cfg
-        self.beats_per_word = INSTRUCTION_BITS // cfg.hbm_port_bits
-        self.depth = depth or 1 << max(FETCH_BURSTS, cfg.hbm_latency_cycles - 1).bit_length()
-        self.burst_words = min(self.depth // FETCH_BURSTS, AXI_PAGE_BYTES // INSTRUCTION_BYTES,
-                               AXI_MAX_BURST // self.beats_per_word)
-        if self.burst_words < 1:
-            raise ValueError(f"fetch depth {self.depth} is below {FETCH_BURSTS} words")
+        FetchTiming.__init__(self, cfg, depth)
         self.axi = Axi4(cfg.hbm_port_bits, read_only=True)
-        super().__init__({"control": In(FetchPort()), "prog": Out(self.axi)})
+        wiring.Component.__init__(self, {"control": In(FetchPort()), "prog": Out(self.axi)})
 
     def elaborate(self, platform):
         m = Module()
         ctl, axi = self.control, self.prog
         port_bits, beats = self.cfg.hbm_port_bits, self.beats_per_word
         page_words = AXI_PAGE_BYTES // INSTRUCTION_BYTES
-        word_shift = _log2(INSTRUCTION_BYTES)
+        word_shift = log2(INSTRUCTION_BYTES)
 
         flush = Signal()
         m.d.comb += flush.eq(ctl.start | ctl.stop)
@@ -111,7 +100,7 @@ class Fetch(wiring.Component):
         m.d.comb += [axi.arvalid.eq(ar_valid), axi.araddr.eq(ar_addr), axi.arlen.eq(ar_len), axi.arid.eq(0),
                      axi.arsize.eq(self.axi.size_code), axi.arburst.eq(AXI_INCR)]
         left = Signal(range(page_words + 1))
-        m.d.comb += left.eq(page_words - address[word_shift:_log2(AXI_PAGE_BYTES)])
+        m.d.comb += left.eq(page_words - address[word_shift:log2(AXI_PAGE_BYTES)])
         length = Signal(range(self.burst_words + 1))
         m.d.comb += length.eq(Mux(left < self.burst_words, left, self.burst_words))
         request = running & ~ar_valid & (credits >= self.burst_words)

@@ -22,7 +22,6 @@ Checks every unit applies before it touches a buffer (`check_instruction`), deri
 """
 from __future__ import annotations
 
-import functools
 
 from amaranth.hdl import Cat, Const, EnableInserter, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, enum, wiring
@@ -35,8 +34,6 @@ WORD = 16
 """Bits of one buffer word (FP16)."""
 ADDRESS_BITS = REG_BITS
 """Word addresses and dimensions after register resolution (32-bit wrap)."""
-READ_LATENCY = 1
-"""Cycles from a read port's address to its data."""
 
 IssueLayout = data.StructLayout({"inst": InstructionLayout, "regs": data.ArrayLayout(unsigned(REG_BITS), NUM_REGS)})
 """One instruction issued to a unit: the word and the register file at issue."""
@@ -123,7 +120,7 @@ class TileReadPort(wiring.Signature):
     not enabled keeps the rows it last read: while its `addr` and `single` stay those of that read, its data are
     those words again (the matrix unit's x tile, re-used by consecutive beats). A lane reads its first chunk and
     the next one when its wanted words run past it. A bank serves one distinct chunk per cycle, so a request
-    whose busiest bank holds c distinct chunks takes c cycles (`buffers.tile_read_cycles`), more while the
+    whose busiest bank holds c distinct chunks takes c cycles (`banks.tile_read_cycles`), more while the
     buffer's other readers hold its banks: `ready` is low until the last chunk is read, and the unit holds
     `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high. An `aligned` lane's
     addresses are multiples of `words` (a power of two; the unit guarantees it, the buffer ignores the low bits):
@@ -281,12 +278,6 @@ class Frozen:
         self.m.submodules[name] = EnableInserter(self.advance)(self.core)
 
 
-def latency_of(component) -> int:
-    """`component.latency`, for a component built only to read it (silences the unused warning)."""
-    component._MustUse__silence = True
-    return component.latency
-
-
 def pipe(m: Module, value, cycles: int, *, name: str):
     """`value` delayed by `cycles` registers, keeping its shape (a layout stays a view)."""
     shape = value.shape()
@@ -295,11 +286,6 @@ def pipe(m: Module, value, cycles: int, *, name: str):
         m.d.sync += reg.eq(value)
         value = reg
     return value
-
-
-def issue_signature():
-    from amaranth.lib import stream
-    return stream.Signature(IssueLayout)
 
 
 # --- operand resolution ----------------------------------------------------------------------
@@ -325,14 +311,6 @@ def run_or_refuse(m: Module, code, running) -> None:
         m.next = "RUN"
     with m.Else():
         m.next = "DONE"
-
-
-@functools.cache
-def timing_unit(cls, cfg):
-    """A unit of class `cls` for `cfg`, built only to read its timing methods (never elaborated)."""
-    unit = cls(cfg)
-    unit._MustUse__silence = True
-    return unit
 
 
 def done_state(m: Module, unit, *clear) -> None:

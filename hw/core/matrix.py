@@ -27,6 +27,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ringgpt.hw.banks import memory_of
+from ringgpt.hw.intmath import log2
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.common import FP16, delay
@@ -39,8 +41,9 @@ from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort,
-                         accept_states, block_fits, check_instruction, done_state, error_code, latency_of, pipe, reported,
+from .timing import READ_LATENCY, MatrixTiming
+from .interfaces import (ADDRESS_BITS, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort,
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported,
                          resolve, run_or_refuse)
 
 FP16_ONE = 0x3C00
@@ -49,11 +52,8 @@ FP16_MIN_KEY = 0xFFFF
 """The smallest pattern in max's total order (-NaN with every payload bit set): fills unused lanes."""
 
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
-
-class MatrixUnit(wiring.Component):
+class MatrixUnit(MatrixTiming, wiring.Component):
     """Matrix unit of `cfg`: `mpu_lanes` lanes of `mac_width`-wide MAC trees.
 
     Computes MATMUL (numerics.matmul: exact products, block-aligned sum per mac_width tile, tiles
@@ -64,7 +64,7 @@ class MatrixUnit(wiring.Component):
     rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
     >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
     A beat's weight tiles, x tile and (in one of a pair's beats) bias are the lanes of the buffers' TileReadPorts
-    (one read port per buffer memory); when they need c > 1 cycles (buffers.tile_read_cycles, the slower buffer)
+    (one read port per buffer memory); when they need c > 1 cycles (banks.tile_read_cycles, the slower buffer)
     the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen), and longer while the
     buffer's other readers (the vector unit, the DMA, the router) hold the memories it needs. Latency: `latency`
     cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
@@ -83,18 +83,7 @@ class MatrixUnit(wiring.Component):
     def __init__(self, cfg: ArchConfig):
         if cfg.mac_width < 2:
             raise ValueError(f"the matrix unit needs mac_width >= 2, got {cfg.mac_width}")
-        self.cfg = cfg
-        self.lanes, self.width = cfg.mpu_lanes, cfg.mac_width
-        self.tree_latency = latency_of(MacTreeCore(self.width))
-        self.loop_latency = FP32AddCore.latency
-        self.contexts = 2 * self.loop_latency - 1
-        acc_latency = latency_of(TileAccumulator(self.contexts))
-        self.post_latency = READ_LATENCY + FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency \
-            + latency_of(SpecialFunctionCore("gelu"))
-        self.latency = READ_LATENCY + self.tree_latency + acc_latency + self.post_latency
-        self.row_max_latency = latency_of(MaxTreeCore(self.lanes)) if self.lanes >= 2 else 0
-        self.overhead = 4
-        """Cycles of the accept, check, drain-detect and done steps."""
+        MatrixTiming.__init__(self, cfg)
         L, W = self.lanes, self.width
         self.bias_lane = L      # after the weight lanes in WBUF's port (isa: weights and bias in WBUF)
         ports = {"abuf_tiles": (Space.ABUF, TileReadPort(1, W, (W,), aligned=(False,))),
@@ -102,7 +91,7 @@ class MatrixUnit(wiring.Component):
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
         self.buffer_ports = ports
-        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+        wiring.Component.__init__(self, {"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in ports.items()}})
 
     def elaborate(self, platform):
@@ -115,7 +104,7 @@ class MatrixUnit(wiring.Component):
         x_data, weights = tile_data[Space.ABUF][0], tile_data[Space.WBUF]
         stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
-        lw, ll = _log2(W), _log2(L)
+        lw, ll = log2(W), log2(L)
 
         held = Signal(IssueLayout)
         r = resolve(core, held)
@@ -138,7 +127,7 @@ class MatrixUnit(wiring.Component):
                     & in_abuf(dst, rows, n, r["dst_stride"])
                     & Mux(qk, in_abuf(aux, rows, 1, r["aux_stride"]), Mux(has_bias, in_wbuf(aux, 1, n, 0), 1)))
         # weights on weight_align boundaries: each lane's tile is one row of its buffer's memories (an aligned lane)
-        la = _log2(cfg.weight_align)
+        la = log2(cfg.weight_align)
         misaligned = (src2[:la] != 0) | (r["src2_stride"][:la] != 0)
         code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, misaligned=misaligned,
                           out_of_range=~in_range)
@@ -216,11 +205,11 @@ class MatrixUnit(wiring.Component):
                             w_request.en[lane].eq(issuing & (column < n))]
         # a pair's bias: read at the first of its tiles whose weight lanes leave the bias's first memory free (lane
         # L, one past the last, would fall in it), else at its last tile; kept for its context until then
-        lc, P = _log2(cfg.buffer_chunk_words), cfg.buffer_banks
+        C, P = cfg.buffer_chunk_words, cfg.buffer_banks
         bias_addr, free_addr = Signal(ADDRESS_BITS, name="bias_addr"), Signal(ADDRESS_BITS + 1, name="free_addr")
         core.d.comb += [bias_addr.eq(aux + cur_g * L),
                         free_addr.eq(w_request.addr[L - 1] + r["src2_stride"])]
-        free = (free_addr >> lc) % P == (bias_addr >> lc) % P
+        free = memory_of(free_addr, C, P) == memory_of(bias_addr, C, P)
         bias_have = Signal(self.contexts)           # per context: its pair's bias is read
         have = bias_have.bit_select(slot, 1) & (t != 0)
         read_bias = Signal()

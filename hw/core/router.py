@@ -24,25 +24,19 @@ from ringgpt.hw.config import MAX_CARDS, ArchConfig
 from ringgpt.hw.isa import OPCODES, STRIDE_BITS, Opcode, Space, Unit
 
 from .axi import AxiStream
-from .interfaces import (ADDRESS_BITS, READ_LATENCY, WORD, Completion, ErrorCode, IssueLayout, SharedReadPort, SharedWritePort,
-                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse, timing_unit)
+from .timing import READ_LATENCY, RouterTiming
+from .interfaces import (ADDRESS_BITS, WORD, Completion, ErrorCode, IssueLayout, SharedReadPort, SharedWritePort,
+                         accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse)
 
 HEADER = data.StructLayout({"kind": Opcode, "origin": range(MAX_CARDS), "rows": ADDRESS_BITS,
                             "n": ADDRESS_BITS, "k": ADDRESS_BITS})
 """The first beat of every block on the link (low bits of tdata; the rest zero)."""
 TX_QUEUE_BEATS = 4
 """Transmit queue: enough for one beat per cycle through the read port's latency."""
-TX_QUEUE_LATENCY = 1
-"""Cycles from a beat written into the transmit queue to its tvalid (lib.fifo.SyncFIFO)."""
-RX_QUEUE_LATENCY = 2
-"""Cycles from a beat taken on rx to the receive queue's output (lib.fifo.SyncFIFOBuffered, block RAM)."""
 FORWARDS = MAX_CARDS - 2
 """Received ALLGATHER slices a card forwards at most (all but the one its successor sent)."""
 SLOT = data.StructLayout({"origin": range(MAX_CARDS), "n": ADDRESS_BITS, "k": ADDRESS_BITS})
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def link_block(kind: Opcode, origin: int, rows: int, n: int, k: int, words, width: int) -> list[tuple[int, int]]:
@@ -57,7 +51,7 @@ def link_block(kind: Opcode, origin: int, rows: int, n: int, k: int, words, widt
     return [(beat, int(index == len(beats) - 1)) for index, beat in enumerate(beats)]
 
 
-class Router(wiring.Component):
+class Router(RouterTiming, wiring.Component):
     """Ring router of `cfg`: one link beat of P = vector_width words per cycle in each direction.
 
     Computes, exactly as the functional simulator's ring (sim/functional/machine.py: run_ring):
@@ -100,78 +94,18 @@ class Router(wiring.Component):
     opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.ROUTER)
 
     def __init__(self, cfg: ArchConfig):
-        P = cfg.vector_width
-        self.cfg, self.width = cfg, P
+        RouterTiming.__init__(self, cfg)
+        P = self.width
         self.beat_bits = P * WORD
         if HEADER.size > self.beat_bits:
             raise ValueError(f"the router's {HEADER.size}-bit header does not fit a link beat of {P} words")
         self.rx_beats = max(2, cfg.ring_rx_buffer_bytes // (self.beat_bits // 8))
         """Receive queue depth in beats (ring_rx_buffer_bytes)."""
-        self.latency = READ_LATENCY + TX_QUEUE_LATENCY
-        self.rx_latency = RX_QUEUE_LATENCY + 1
-        self.overhead = 4
-        """Cycles of the accept, check, finish-detect and done steps."""
         self.buffer_ports = {"abuf_src": (Space.ABUF, SharedReadPort(P)), "abuf_dst": (Space.ABUF, SharedWritePort(P))}
-        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+        wiring.Component.__init__(self, {"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()},
                           "card_id": In(range(MAX_CARDS)), "cards": In(range(MAX_CARDS + 1)),
                           "tx": Out(AxiStream(self.beat_bits)), "rx": In(AxiStream(self.beat_bits))})
-
-    def beats(self, rows: int, n: int) -> int:
-        """Payload beats of a rows x n block."""
-        return rows * _ceil_div(n, self.width)
-
-    def cycles(self, op: Opcode, rows: int, n: int, *, slices: tuple = (), card: int = 0,
-               in_place: bool = True) -> int:
-        """Busy cycles of a legal instruction with nothing in its way: SEND with `tx` always ready; RECV with its
-        block already queued; ALLGATHER on a ring of these routers with direct links, every card accepting it in
-        the same cycle (`slices`: (n_c, k_c) of every card, `card`: this one's index). `overhead` alone for
-        zero dimensions."""
-        if rows <= 0 or (n <= 0 and op is not Opcode.ALLGATHER):
-            return self.overhead
-        beats = self.beats(rows, n)
-        if op is Opcode.SEND:       # post, header, one read per beat, the last beat onto the link
-            return self.overhead + 2 + beats + self.latency
-        if op is Opcode.RECV:       # header, one beat per cycle
-            return self.overhead + 1 + beats
-        if len(slices) == 1:        # post, the copy's reads and the last one's data
-            return self.overhead + 1 + (beats + READ_LATENCY if beats and not in_place else 0)
-        return self._gather_cycles(rows, slices, card, in_place)
-
-    def _gather_cycles(self, rows: int, slices: tuple, card: int, in_place: bool) -> int:
-        """ALLGATHER on a ring of len(slices) cards, store and forward, in the cycles of Completion.cycles
-        (accept = 1): in step s every card posts the slice of card - s once it holds it and its link is free."""
-        cards = len(slices)
-        beats = [self.beats(rows, n) for n, _ in slices]
-        first_post = 3              # accept, CHECK, then RUN posts the own block
-        tx_free, rx_free, drained = [first_post] * cards, [first_post] * cards, [0] * cards
-        # an own slice copied (not in place) lands in the write register in these cycles; received beats wait
-        copy = [(first_post + 2 + READ_LATENCY, first_post + 1 + READ_LATENCY + b) if b and not in_place else None
-                for b in beats]
-        received = {}
-        for step in range(cards - 1):
-            for c in range(cards):
-                origin, to = (c - step) % cards, (c + 1) % cards
-                b = beats[origin]
-                post = tx_free[c] if step == 0 else max(tx_free[c], received[c, origin] + 1)
-                header_on_link = post + 1 + TX_QUEUE_LATENCY            # pushed in post + 1
-                tx_free[c] = post + 2 + b                               # the header, then b reads
-                drained[c] = 1 + (post + 1 + b + self.latency if b else header_on_link)
-                header = header_on_link + RX_QUEUE_LATENCY              # at the next card's receive queue output
-                body = post + 2 + self.latency + RX_QUEUE_LATENCY       # its first payload beat there
-                accept = max(header, rx_free[to])
-                end = accept
-                if b:
-                    start = max(body, accept + 1)
-                    window = copy[to]
-                    if window and window[0] <= start <= window[1]:
-                        start = window[1] + 1
-                    end = start + b - 1
-                    if window and start < window[0] <= end:
-                        end += window[1] - window[0] + 1
-                rx_free[to], received[to, origin] = end + 1, end
-        last = max(received[card, origin] for origin in range(cards) if origin != card)
-        return max(drained[card] + 1, last + 2)
 
     def elaborate(self, platform):
         m = Module()
@@ -365,7 +299,3 @@ class Router(wiring.Component):
             done_state(m, self, running)
         return m
 
-
-def router_cycles(cfg: ArchConfig, op: Opcode, rows: int, n: int, **kwargs) -> int:
-    """Busy cycles of an uncontended router instruction on the RTL unit of `cfg` (Router.cycles)."""
-    return timing_unit(Router, cfg).cycles(op, rows, n, **kwargs)

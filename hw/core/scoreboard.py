@@ -20,7 +20,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, OPCODES, REG_BITS, STRIDE_BITS, InstructionLayout, Opcode, Space, Unit
+from ringgpt.hw.isa import (EXECUTING_UNITS, NUM_REGS, REDUCTIONS, REG_BITS, STRIDE_BITS, InstructionLayout,
+                             Opcode, Space, Unit, opcodes_of)
 from ringgpt.hw.resolved import ADDRESS_LIMIT
 
 from .fetch import PC_BITS
@@ -28,9 +29,6 @@ from .interfaces import ADDRESS_BITS, IssueLayout, resolve
 
 MEMORY_SPACES = (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST)
 """The spaces a footprint tracks (NONE and IMM operands touch no memory)."""
-EXECUTING_UNITS = tuple(unit for unit in Unit if any(spec.unit is unit for spec in OPCODES.values())
-                        and unit is not Unit.CONTROL)
-"""The units that execute opcodes, in isa.Unit order: each has a queue and a status port."""
 
 RangeLayout = data.StructLayout({"space": Space, "lo": ADDRESS_BITS, "hi": ADDRESS_BITS + 1})
 """Words [lo, hi) of `space`; `space` NONE: no range. hi saturates at 2**32 (ADDRESS_LIMIT), where every
@@ -42,12 +40,7 @@ FootprintLayout = data.StructLayout({"reads": data.ArrayLayout(RangeLayout, len(
                                      "writes": data.ArrayLayout(RangeLayout, len(WRITE_OPERANDS))})
 
 
-def _ops(unit: Unit) -> tuple:
-    return tuple(op for op, spec in OPCODES.items() if spec.unit is unit)
-
-
-VECTOR_OPS, MATRIX_OPS = _ops(Unit.VECTOR), _ops(Unit.MATRIX)
-REDUCTIONS = (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
+VECTOR_OPS, MATRIX_OPS = opcodes_of(Unit.VECTOR), opcodes_of(Unit.MATRIX)
 COPIES = (Opcode.LOAD, Opcode.STORE)
 
 

@@ -26,6 +26,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ringgpt.hw.intmath import log2
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.common import FP16
 from ringgpt.hw.arith.fp16_mul import FP16MulCore
@@ -35,25 +36,24 @@ from ringgpt.hw.arith.max_tree import MaxTreeCore, order_key
 from ringgpt.hw.arith.special import SpecialFunctionCore
 from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit, opcodes_of
 
-from .interfaces import (READ_LATENCY, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort, block_fits,
-                         accept_states, check_instruction, done_state, error_code, latency_of, pipe, reported, resolve, run_or_refuse)
+from .timing import READ_LATENCY, VectorTiming
+from .interfaces import (Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort, block_fits,
+                         accept_states, check_instruction, done_state, error_code, pipe, reported, resolve, run_or_refuse)
 from .matrix import FP16_MIN_KEY, FP16_NEG_ZERO, FP16_ONE
 
-SPECIAL = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
-ARITH = (Opcode.VADD, Opcode.VSUB, Opcode.VMUL, Opcode.VSCALE_SHIFT)
-SUMS = (Opcode.VSUM, Opcode.VDOT)
+SPECIAL = {op: spec.special for op, spec in OPCODES.items() if spec.special}
+SUMS = tuple(op for op, spec in OPCODES.items() if spec.reduction == "sum")
+(MAX_REDUCTION,) = (op for op, spec in OPCODES.items() if spec.reduction == "max")
+"""The one opcode the max tree serves."""
 FP16_SIGN = 0x8000
 SOURCES = ("src1", "src2", "aux")
 """The operands the unit reads from ABUF, lane by lane of its TileReadPort."""
 
 
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
-
-class VectorUnit(wiring.Component):
+class VectorUnit(VectorTiming, wiring.Component):
     """Vector unit of `cfg`: `vector_width` lanes.
 
     Latency (cycles from a chunk's issue to its write): `latency["elementwise"]` (read, multiply,
@@ -62,41 +62,24 @@ class VectorUnit(wiring.Component):
     chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; see the module
     docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
     are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
-    of their chunks in one memory: buffers.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
+    of their chunks in one memory: banks.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
     read data held, and longer while ABUF's other readers hold the memories it needs, or its other writers
     the memories of its result (a SharedWritePort in ABUF's write group). Busy cycles
     (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the stalls (alone on the buffers) as
     sim/cycle_model.vector_stall_cycles counts them.
     """
 
-    opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)
+    opcodes = opcodes_of(Unit.VECTOR)
 
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:
             raise ValueError(f"the vector unit needs vector_width >= 2, got {cfg.vector_width}")
-        self.cfg = cfg
-        self.width = V = cfg.vector_width
-        self.loop_latency = FP32AddCore.latency
-        self.contexts = 2 * self.loop_latency - 1
-        self.special_latency = {name: latency_of(SpecialFunctionCore(name)) for name in SPECIAL.values()}
-        arith = FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency
-        self.elementwise_depth = max([arith] + list(self.special_latency.values()))
-        self.tree_latency = latency_of(MacTreeCore(V))
-        self.max_latency = latency_of(MaxTreeCore(V))
-        self.latency = {
-            "elementwise": READ_LATENCY + self.elementwise_depth,
-            "sum": READ_LATENCY + self.tree_latency + latency_of(TileAccumulator(self.contexts)) + ToFP16Core.latency,
-            "max": READ_LATENCY + self.max_latency,
-        }
-        self.overhead = 4
-        """Cycles of the accept, check, drain-detect and done steps."""
+        VectorTiming.__init__(self, cfg)
+        V = self.width
         self.buffer_ports = {"abuf_src": (Space.ABUF, TileReadPort(len(SOURCES), V)),
                              "abuf_dst": (Space.ABUF, SharedWritePort(V))}
-        super().__init__({"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
+        wiring.Component.__init__(self, {"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
-
-    def latency_of(self, opcode: Opcode) -> int:
-        return self.latency["sum" if opcode in SUMS else "max" if opcode == Opcode.VMAX else "elementwise"]
 
     def elaborate(self, platform):
         outer = Module()    # the read port's holding register and the stall count: never frozen
@@ -104,7 +87,7 @@ class VectorUnit(wiring.Component):
         m = frozen.core     # everything else: frozen while the operands' chunks share a memory
         operands, request = frozen.data["src"], frozen.request["src"]
         cfg, V = self.cfg, self.width
-        lv = _log2(V)
+        lv = log2(V)
         LL = self.loop_latency
 
         held = Signal(IssueLayout)
@@ -115,7 +98,7 @@ class VectorUnit(wiring.Component):
         rows, n = r["rows"], r["n"]
         sd, s1, s2, sa = r["dst_stride"], r["src1_stride"], r["src2_stride"], r["aux_stride"]
         is_sum = Cat(opcode == op for op in SUMS).any()
-        is_max = opcode == Opcode.VMAX
+        is_max = opcode == MAX_REDUCTION
         reduces = is_sum | is_max
         b_scalar, c_scalar = inst.flags.src2_row_scalar, inst.flags.aux_row_scalar
         b_imm, c_imm = s_src2 == Space.IMM, s_aux == Space.IMM

@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.core.scoreboard import EXECUTING_UNITS
+from ringgpt.hw.isa import EXECUTING_UNITS
 
 CONTROL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1 << 0, 1 << 1, 1 << 2, 1 << 3

@@ -15,12 +15,11 @@ import numpy as np
 
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, control_result
+from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError,
                                            StepLimitError)
 
-_UNARY = {Opcode.VEXP: "exp", Opcode.VRECIP: "recip", Opcode.VRSQRT: "rsqrt", Opcode.VGELU: "gelu"}
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}
 
@@ -103,8 +102,8 @@ class Card:
                          Opcode.ADD: self._control, Opcode.LOAD: self._copy, Opcode.STORE: self._copy,
                          Opcode.GATHER: self._gather, Opcode.MATMUL: self._matmul,
                          Opcode.MASKED_QK: self._masked_qk, Opcode.VSCALE_SHIFT: self._scale_shift,
-                         Opcode.VSUM: self._reduce, Opcode.VDOT: self._reduce, Opcode.VMAX: self._reduce,
-                         **dict.fromkeys(_BINARY, self._binary), **dict.fromkeys(_UNARY, self._unary)}
+                         **dict.fromkeys(REDUCTIONS, self._reduce), **dict.fromkeys(_BINARY, self._binary),
+                         **{op: self._unary for op, spec in OPCODES.items() if spec.special}}
         if not compute:
             data_ops = [op for op, run in self._execute.items() if run not in (_nothing, self._control)]
             self._execute.update(dict.fromkeys(data_ops, self._check_ranges))
@@ -340,13 +339,13 @@ class Card:
         if r.rows == 0 or r.n == 0:
             return
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
-        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, numerics.special(_UNARY[r.op], a))
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, numerics.special(OPCODES[r.op].special, a))
 
     def _reduce(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
-        if r.op is Opcode.VMAX:
+        if OPCODES[r.op].reduction == "max":
             result = numerics.reduce_max(a, axis=1)
         else:
             b = self._vector_operand(r, "src2", False) if r.op is Opcode.VDOT else None

@@ -19,7 +19,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ringgpt.hw.config import ArchConfig, get_config
-from ringgpt.hw.core.core import BUSY_UNITS, STATUS, Core, outside_ports
+from ringgpt.hw.core.core import STATUS, Core, outside_ports
+from ringgpt.hw.core.units import UNIT_NAMES
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import REG_BITS
 
@@ -53,7 +54,7 @@ class RingTop(wiring.Component):
         self.cfg = cfg if cards is None else cfg.with_cards(cards)
         self.cards = self.cfg.cards
         self.pause_links = pause_links
-        self.busy_units = BUSY_UNITS
+        self.busy_units = UNIT_NAMES
         self.core_signature = Core.signature_of(self.cfg)
         self.outside_ports, self.status_ports = outside_ports(self.core_signature), STATUS
         members = {"start": In(1), "pos": In(REG_BITS), "rows": In(REG_BITS), "finished": Out(1)}

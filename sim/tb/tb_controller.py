@@ -26,11 +26,10 @@ from ringgpt.hw.config import get_config
 from ringgpt.hw.core.controller import REGISTER_WRITES, Controller
 from ringgpt.hw.core.fetch import Fetch
 from ringgpt.hw.core.interfaces import ErrorCode, IssueLayout
-from ringgpt.hw.core.scoreboard import EXECUTING_UNITS
-from ringgpt.hw.isa import (DIM_IMM_BITS, HOST_POS_REG, HOST_ROWS_REG, INSTRUCTION_BITS, INSTRUCTION_BYTES,
+from ringgpt.hw.isa import (DIM_IMM_BITS, EXECUTING_UNITS, HOST_POS_REG, HOST_ROWS_REG, INSTRUCTION_BITS, INSTRUCTION_BYTES,
                             NUM_REGS, OPCODES, REG_BITS, STRIDE_BITS, Dim, Flags, IllegalInstructionError,
                             Instruction, Opcode, Operand, Space, Unit, control_result, decode)
-from ringgpt.hw.resolved import access_ranges, resolve_run, with_gather_slices
+from ringgpt.hw.resolved import access_ranges, hazard, resolve_run, with_gather_slices
 from ringgpt.sim.cocotb_support import bench
 
 UNIT_OPCODES = [op for op, spec in OPCODES.items() if spec.unit is not Unit.CONTROL]
@@ -180,13 +179,6 @@ def expected_run(words: list, pos: int, rows: int) -> Expected:
     ranges = {pc: access_ranges(r) for pc, r in enumerate(resolved) if r is not None}
     return Expected(issued, ranges, barriers, len(program) - 1 if program and program[-1].opcode is Opcode.HALT
                     else len(program))
-
-
-def conflict(new, old) -> bool:
-    def overlaps(a, b):
-        return any(s is t and lo < hi2 and lo2 < hi for s, lo, hi in a for t, lo2, hi2 in b)
-    (new_reads, new_writes), (old_reads, old_writes) = new, old
-    return overlaps(new_writes, old_reads) or overlaps(new_reads, old_writes) or overlaps(new_writes, old_writes)
 
 
 # --- the bench ---------------------------------------------------------------------------------------------
@@ -365,7 +357,7 @@ class ControlTB:
             _, accepted, _ = timeline[later]
             for earlier in pcs[:j]:
                 _, _, completed = timeline[earlier]
-                if conflict(expected.ranges[later], expected.ranges[earlier]):
+                if hazard(*expected.ranges[later], *expected.ranges[earlier]):
                     assert accepted > completed, (f"pc {later} was taken at cycle {accepted} before pc {earlier}, "
                                                   f"which it conflicts with, completed at {completed}")
         for j, a in enumerate(pcs):

@@ -8,6 +8,7 @@ words must raise the right error code, write nothing and complete."""
 import cocotb
 import numpy as np
 
+from ringgpt.hw import banks
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import Dim, Flags, Instruction, InstructionLayout, Opcode, Operand, Space, decode
 from ringgpt.sim.cocotb_support import bench
@@ -190,7 +191,7 @@ async def full_rate(dut):
     cfg = tb.cfg
     rng = np.random.default_rng(5)
     W, L = cfg.mac_width, cfg.mpu_lanes
-    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    period = banks.period(cfg.buffer_chunk_words, cfg.buffer_banks)
     wbuf = lambda address: Operand(Space.WBUF, 0, address)      # noqa: E731
     abuf = lambda address: Operand(Space.ABUF, 0, address)      # noqa: E731
     for op, rows, n, k, extra, stalls in (

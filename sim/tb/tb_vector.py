@@ -7,18 +7,16 @@ softmax as the compiler emits them; then bad instruction words (error code, noth
 import cocotb
 import numpy as np
 
-from ringgpt.hw import numerics as nx
+from ringgpt.hw import banks, numerics as nx
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.isa import OPCODES, Dim, Flags, Instruction, Opcode, Operand, Space, Unit, decode
+from ringgpt.hw.isa import OPCODES, Dim, Flags, Instruction, Opcode, Operand, Space, Unit, decode, opcodes_of
 from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, golden, new_regs,
                                                  random_state, register_relative, resolved_of)
 from ringgpt.sim.cycle_model import vector_operands, vector_stall_cycles
 from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
 
-VECTOR_OPS = [op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR]
-REDUCTIONS = (Opcode.VSUM, Opcode.VDOT, Opcode.VMAX)
-SPECIALS = (Opcode.VEXP, Opcode.VRECIP, Opcode.VRSQRT, Opcode.VGELU)
+VECTOR_OPS = opcodes_of(Unit.VECTOR)
 
 
 def imm_value(rng) -> int:
@@ -33,7 +31,7 @@ def vector_case(rng, cfg, op: Opcode):
         rows = pick(rng, [1, 1, 2, 3, 4, 5, 6, 7, 9, 11, 13])
         n = pick(rng, [1, V - 1, V, V + 1, 2 * V, 3 * V + 3, rng.integers(1, 6 * V + 1)]) or 1
         s1 = stride_for(rng, n, overlap=True)
-        reduces = op in REDUCTIONS
+        reduces = spec.reduces
         dcols = 1 if reduces else n
         sd = stride_for(rng, dcols, overlap=False)
         flags, blocks, spaces, strides = {}, {"src1": extent(rows, n, s1)}, {}, {}
@@ -79,7 +77,7 @@ def vector_case(rng, cfg, op: Opcode):
 
 
 def vector_state(rng, cfg, op):
-    if op in SPECIALS and rng.random() < 0.6:       # every pattern: the special functions' whole domain
+    if OPCODES[op].special and rng.random() < 0.6:       # every pattern: the special functions' whole domain
         abuf = rng.integers(0, 1 << 16, cfg.abuf_words).astype(np.uint16)
     else:
         abuf = fp16_data(rng, cfg.abuf_words, scale=float(pick(rng, [1, 1, 4, 100])) / 1,
@@ -211,7 +209,7 @@ async def full_rate(dut):
     await tb.start()
     unit, cfg = tb.top.unit, tb.cfg
     V = cfg.vector_width
-    period = cfg.buffer_chunk_words * cfg.buffer_banks
+    period = banks.period(cfg.buffer_chunk_words, cfg.buffer_banks)
     rng = np.random.default_rng(6)
     wrong = []
     for op, rows, n, src2, stalls in ((Opcode.VADD, 1, 7 * V, 1024, 0), (Opcode.VEXP, 3, 2 * V + 1, None, 0),
