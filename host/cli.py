@@ -207,7 +207,7 @@ def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, co
 
 @main.command("generate", epilog=exit_status_help({
     EXIT_CHECK_FAILED: "when the appliance's tokens or logits fail the check against the PyTorch FP32 reference (the "
-                       "same tokens, logits within the stated bound)"}))
+                       "same tokens but for near ties, logits within the stated bound)"}))
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
