@@ -9,14 +9,16 @@ import numpy as np
 
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
-from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, HbmMap, KVArea, Stat, align_up,
-                                          chunk_count, embedding_row, gathered_spans, ln_block, piece_spans,
-                                          plan_buffers, region_align, weight_stride)
+from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, KVArea, Piece, Stat, align_up, card_hbm,
+                                          chunk_count, embedding_row, gathered_pieces, kv_cache_words, layer_stream,
+                                          layer_widths, ln_block, pack_slice, plan_buffers, region_align,
+                                          weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
 from ringgpt.host.image import ApplianceImage, CardImage
-from ringgpt.host.reference.models import weights_hash
+from ringgpt.host.reference.models import check_weights, weights_hash
+from ringgpt.host.reference.spec import token_id_problem
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
 
@@ -36,56 +38,6 @@ LAST_ROW = 6
 """R6 = (rows - 1) * n_embd: the last token's row of the residual stream."""
 FIRST_FREE_REG = 7
 """R7 and up: pos * width for each head-group width (the first new row of a KV area's K)."""
-
-LAYER_SLICES = ("qkv", "proj", "fc", "fc2")
-GATHERED_SLICES = {"proj": ("embd", "n_embd"), "fc": ("ffn", "n_embd"), "fc2": ("embd", "n_inner")}
-"""The layer slices whose output columns are all-gathered on several cards, piece by piece: the partition field
-that splits their columns and the model dimension of their input."""
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major,
-    `stride` words apart: layout.weight_stride) at HBM word `hbm`, then `cols` bias words when `bias`. `origin` =
-    (layer, slice index, first local column); the LM head is slice 0 of layer n_layer."""
-    hbm: int
-    cols: int
-    k: int
-    stride: int
-    bias: bool
-    origin: tuple
-
-    hbm_region: str = "layer weights"
-
-    @property
-    def words(self) -> int:
-        return self.cols * (self.stride + self.bias)
-
-    @property
-    def name(self) -> str:
-        """The piece's name in the plan check (verify.py)."""
-        layer, index, col = self.origin
-        what = "lm_head" if self.hbm_region != "layer weights" else f"L{layer}.{LAYER_SLICES[index]}"
-        return f"{what} weights @{col}"
-
-
-def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, stride: int, bias: bool, origin: tuple, slot_words: int,
-               align: int, hbm_region: str = "layer weights", spans: tuple | None = None, piece_align: int = 1) -> int:
-    """Cuts one weight slice (`ncols` columns of k words `stride` apart, + bias, from HBM word hbm_at) into pieces that fit a
-    weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces` and
-    returns the HBM word after the slice. Each piece starts at a multiple of `piece_align` words (the pieces
-    of a slice are consecutive, with at most piece_align - 1 words between them). A load never holds two
-    slices, so its slot frees as soon as the slice's matrix work is done, whatever the next slice waits for."""
-    column_words = stride + bias
-    layer, index, col = origin
-    at = hbm_at
-    for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
-        if b > a:
-            at = align_up(at, piece_align)
-            pieces.append(Piece(at, b - a, k, stride, bias, (layer, index, col + a), hbm_region))
-            at += (b - a) * column_words
-    return at
-
 
 class WeightStream:
     """Emits the pieces' LOADs into the ring of weight-buffer slots (piece i goes to slot i mod S). A LOAD may
@@ -139,7 +91,6 @@ class CardBuilder:
         heads_cols = np.arange(self.h0 * hd, self.h1 * hd)
         self.columns = [np.concatenate([d + heads_cols, 2 * d + heads_cols, heads_cols]),
                         np.arange(self.e0, self.e1), np.arange(self.f0, self.f1), np.arange(self.e0, self.e1)]
-        self.inputs = [d, d, d, dims.n_inner]
         groups = -(-self.local_heads // self.plan.kv_group) if self.local_heads else 0
         self.groups = split(self.local_heads, groups) if groups else ()
         self.kv_area = KVArea(hd, ctx.max_context, self.plan.kv_group, region_align(ctx.config))
@@ -153,37 +104,23 @@ class CardBuilder:
     # --- HBM ------------------------------------------------------------------------------------
     def _layout(self) -> None:
         ctx, dims, tmax = self.ctx, self.ctx.dims, self.ctx.max_context
-        d = dims.n_embd
-        # regions and weight pieces start on a buffer chunk and an HBM beat (region_align): a LOAD whose HBM and
-        # buffer words agree modulo the chunk lets the DMA engines write whole buffer rows (hw/core/dma.py,
-        # PortEngine._rows), and its words must agree modulo the beat (misaligned_transfer)
-        chunk = region_align(ctx.config)
-        m = self.hbm = HbmMap(self.card, ctx.config.hbm_words, chunk)
-        self.d_stride = weight_stride(d, ctx.config.weight_align)    # wte's rows: the tied LM head's columns
-        self.pos_stride = embedding_row(d, ctx.config.beat_words)     # wpe's rows
-        self.ln_block = ln_block(d, chunk)                           # a layer's LayerNorm parameters
-        self.wte = m.alloc("wte", dims.vocab_size * self.d_stride, "weights")
-        self.wpe = m.alloc("wpe", tmax * self.pos_stride, "weights")
-        self.ln = m.alloc("layernorm", dims.n_layer * self.ln_block + 2 * d, "weights")
-        self.pieces = []
-        slot_words, align = ctx.slot_words, ctx.config.mpu_lanes
-        self.stream_start = at = align_up(m.top, m.align)
-        gathered = {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()}
-        for layer in range(dims.n_layer):
-            for index in range(len(LAYER_SLICES)):
-                k = self.inputs[index]
-                at = pack_slice(self.pieces, at, len(self.columns[index]), k, weight_stride(k, ctx.config.weight_align), True,
-                                (layer, index, 0), slot_words, align, spans=gathered.get(index), piece_align=chunk)
-        self.stream_words = at - self.stream_start
-        m.alloc("layer weights", self.stream_words, "weights")
+        config, d = ctx.config, dims.n_embd
+        self.d_stride = weight_stride(d, config.weight_align)        # wte's rows: the tied LM head's columns
+        self.pos_stride = embedding_row(d, config.beat_words)         # wpe's rows
+        self.ln_block = ln_block(d, region_align(config))            # a layer's LayerNorm parameters
+        stream = layer_stream(config, layer_widths(dims, ctx.partition, self.card), ctx.slot_words,
+                              {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()})
+        self.stream_words = stream.words(dims.n_layer)
         vocab = self.v1 - self.v0
-        self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.alloc("lm_head", vocab * self.d_stride,
-                                                                                   "weights")
-        pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), slot_words, align,
-                   "wte" if ctx.tied else "lm_head")
-        kv_words = tmax * self.key_width + self.kv_width * self.kv_area.value_row
-        self.kv = [m.alloc(f"KV cache L{layer}", kv_words, "kv") if self.local_heads else None
-                   for layer in range(dims.n_layer)]
+        m = self.hbm = card_hbm(config, dims, self.card, tmax, self.stream_words, None if ctx.tied else vocab,
+                                kv_cache_words(config, dims, tmax, self.local_heads, self.plan.kv_group))
+        self.wte, self.wpe, self.ln = m.start("wte"), m.start("wpe"), m.start("layernorm")
+        self.stream_start = m.start("layer weights")
+        self.pieces = [p for layer in range(dims.n_layer) for p in stream.of_layer(layer, self.stream_start)]
+        self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.start("lm_head")
+        pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), ctx.slot_words,
+                   config.mpu_lanes, "wte" if ctx.tied else "lm_head")
+        self.kv = [m.start(f"KV cache L{layer}") if self.local_heads else None for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
 
     def new_segments(self) -> None:
@@ -606,16 +543,8 @@ class Context:
 
     @functools.cached_property
     def gathered_pieces(self) -> dict:
-        """On several cards, for each all-gathered layer slice (its index in LAYER_SLICES), every card's piece
-        spans (layout.gathered_spans: as many on every card); empty on one card."""
-        if self.config.cards == 1:
-            return {}
-        pieces = {}
-        for name, (spans, inputs) in GATHERED_SLICES.items():
-            column_words = weight_stride(getattr(self.dims, inputs), self.config.weight_align) + 1   # and its bias
-            pieces[LAYER_SLICES.index(name)] = gathered_spans(getattr(self.partition, spans), column_words,
-                                                              self.slot_words, self.config.mpu_lanes)
-        return pieces
+        """layout.gathered_pieces of this model and config."""
+        return gathered_pieces(self.config, self.dims, self.partition, self.slot_words)
 
 
 def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_slots: int = DEFAULT_WBUF_SLOTS,
@@ -633,6 +562,13 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     for name, value in (("kv_group", kv_group), ("max_rows", max_rows)):
         if value is not None and value < 1:
             raise CompileError(f"{name}={value} must be at least 1")
+    problem = token_id_problem("eos_token_id", model.config.eos_token_id, dims.vocab_size)
+    if problem:
+        raise CompileError(f"the model's {problem}: the image's runtime stops generating at it")
+    weights = has_weights(model)
+    if weights:
+        check_weights(model.named_parameters(), f"model {getattr(model.config, 'name_or_path', '')!r}", CompileError,
+                      fp16=True)
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
     kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, kv_group, max_rows)
     max_rows = plans[0].max_rows
@@ -640,7 +576,6 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, kv.slot_words,
                   lm_head_tied(model), 0, logits_offset)
     builders = [CardBuilder(ctx, card) for card in range(config.cards)]
-    weights = has_weights(model)
     if weights:
         for builder in builders:
             builder.new_segments()

@@ -7,13 +7,11 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
 from ringgpt.host.compiler.errors import CompileError
-from ringgpt.host.compiler.layout import plan_buffers
+from ringgpt.host.compiler.layout import check_hbm, plan_buffers
 from ringgpt.host.compiler.partition import partition
+from ringgpt.host.reference.spec import SUPPORTED_ACTIVATIONS
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.errors import RingGPTError
-
-SUPPORTED_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")
-"""The tanh approximation of GELU (numerics.gelu_tanh); both names denote it."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +61,9 @@ class ModelDims:
 def preflight(fields: dict, config: ArchConfig, max_context: int, *, wbuf_slots: int = 2,
               max_rows: int | None = None) -> ModelDims:
     """The checks compile_model makes before it reads a weight, from a model's GPT2Config fields alone
-    (ringgpt.host.reference.spec): the GPT-2 variant, max_context, wbuf_slots, the split over the cards and the
-    activation-buffer plan. Raises CompileError / CapacityError as compile_model would; returns the dims."""
+    (ringgpt.host.reference.spec): the GPT-2 variant, max_context, wbuf_slots, the split over the cards, the
+    activation-buffer plan and the HBM map (layout.check_hbm: weights and KV caches within each card's HBM).
+    Raises CompileError / CapacityError as compile_model would; returns the dims."""
     try:
         return _preflight(fields, config, max_context, wbuf_slots, max_rows)
     except RingGPTError:
@@ -83,5 +82,6 @@ def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: i
     if max_rows is not None and max_rows < 1:
         raise CompileError(f"max_rows={max_rows} must be at least 1")
     part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
-    plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows)
+    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows)
+    check_hbm(config, dims, part, kv.slot_words, plans, max_context)
     return dims

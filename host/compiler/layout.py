@@ -4,7 +4,7 @@ areas."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ringgpt.host.compiler.errors import CapacityError
 from ringgpt.host.compiler.partition import split
@@ -181,6 +181,10 @@ class HbmMap:
         self.regions.append(Region(name, kind, start, words))
         self.top = start + words
         return start
+
+    def start(self, name: str) -> int:
+        """The first word of region `name`."""
+        return next(r.start for r in self.regions if r.name == name)
 
     def words_of(self, kind: str) -> int:
         return sum(r.words for r in self.regions if r.kind == kind)
@@ -389,3 +393,152 @@ def plan_buffers(config, dims, part, max_context: int, slots: int, kv_group: int
     kv = choose_kv(config, dims.head_dim, [h1 - h0 for h0, h1 in part.heads], max_context, slots, kv_group)
     shapes = card_shapes(part, dims.n_embd, config, kv.slot_words)
     return kv, choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, kv, max_rows)
+
+
+# --- a card's weight stream and HBM map ---------------------------------------------------------------------
+
+LAYER_SLICES = ("qkv", "proj", "fc", "fc2")
+GATHERED_SLICES = {"proj": ("embd", "n_embd"), "fc": ("ffn", "n_embd"), "fc2": ("embd", "n_inner")}
+"""The layer slices whose output columns are all-gathered on several cards, piece by piece: the partition field
+that splits their columns and the model dimension of their input."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major,
+    `stride` words apart: layout.weight_stride) at HBM word `hbm`, then `cols` bias words when `bias`. `origin` =
+    (layer, slice index, first local column); the LM head is slice 0 of layer n_layer."""
+    hbm: int
+    cols: int
+    k: int
+    stride: int
+    bias: bool
+    origin: tuple
+
+    hbm_region: str = "layer weights"
+
+    @property
+    def words(self) -> int:
+        return self.cols * (self.stride + self.bias)
+
+    @property
+    def name(self) -> str:
+        """The piece's name in the plan check (verify.py)."""
+        layer, index, col = self.origin
+        what = "lm_head" if self.hbm_region != "layer weights" else f"L{layer}.{LAYER_SLICES[index]}"
+        return f"{what} weights @{col}"
+
+
+def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, stride: int, bias: bool, origin: tuple, slot_words: int,
+               align: int, hbm_region: str = "layer weights", spans: tuple | None = None, piece_align: int = 1) -> int:
+    """Cuts one weight slice (`ncols` columns of k words `stride` apart, + bias, from HBM word hbm_at) into pieces
+    that fit a weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces`
+    and returns the HBM word after the slice. Each piece starts at a multiple of `piece_align` words (the pieces
+    of a slice are consecutive, with at most piece_align - 1 words between them). A load never holds two
+    slices, so its slot frees as soon as the slice's matrix work is done, whatever the next slice waits for."""
+    column_words = stride + bias
+    layer, index, col = origin
+    at = hbm_at
+    for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
+        if b > a:
+            at = align_up(at, piece_align)
+            pieces.append(Piece(at, b - a, k, stride, bias, (layer, index, col + a), hbm_region))
+            at += (b - a) * column_words
+    return at
+
+
+def gathered_pieces(config, dims, part, slot_words: int) -> dict:
+    """On several cards, for each all-gathered layer slice (its index in LAYER_SLICES), every card's piece spans
+    (gathered_spans: as many on every card); empty on one card."""
+    if config.cards == 1:
+        return {}
+    pieces = {}
+    for name, (spans, inputs) in GATHERED_SLICES.items():
+        column_words = weight_stride(getattr(dims, inputs), config.weight_align) + 1   # and its bias
+        pieces[LAYER_SLICES.index(name)] = gathered_spans(getattr(part, spans), column_words, slot_words,
+                                                          config.mpu_lanes)
+    return pieces
+
+
+def layer_widths(dims, part, card: int) -> list:
+    """(input words, output columns) of each of LAYER_SLICES on `card`: QKV's columns are its heads' Q, K and V,
+    the others' its partition spans."""
+    (h0, h1), (e0, e1), (f0, f1) = part.heads[card], part.embd[card], part.ffn[card]
+    d = dims.n_embd
+    return [(d, 3 * (h1 - h0) * dims.head_dim), (d, e1 - e0), (d, f1 - f0), (dims.n_inner, e1 - e0)]
+
+
+@dataclass(frozen=True)
+class LayerStream:
+    """A card's weight pieces of one decoder layer (pack_slice; HBM words from the layer's start, origin layer 0).
+    Every layer's pieces are these, `stride` words after the previous layer's: the pieces start on region_align,
+    so a layer's span rounded up to it."""
+    pieces: tuple
+    end: int
+    """Words from the layer's start to the end of its last piece."""
+    stride: int
+
+    def words(self, n_layer: int) -> int:
+        """Words of `n_layer` layers' pieces, one layer after the other."""
+        return (n_layer - 1) * self.stride + self.end
+
+    def of_layer(self, layer: int, start: int) -> list:
+        """Layer `layer`'s pieces in a stream that starts at HBM word `start`."""
+        return [replace(p, hbm=start + layer * self.stride + p.hbm, origin=(layer, *p.origin[1:]))
+                for p in self.pieces]
+
+
+def layer_stream(config, widths: list, slot_words: int, gathered: dict) -> LayerStream:
+    """One layer's pieces on a card whose LAYER_SLICES have `widths` (layer_widths) and whose all-gathered slices
+    are cut into the column spans `gathered` (its entries of gathered_pieces), in weight-buffer slots of
+    `slot_words`."""
+    align, pieces, end = region_align(config), [], 0
+    for index, (k, ncols) in enumerate(widths):
+        end = pack_slice(pieces, end, ncols, k, weight_stride(k, config.weight_align), True, (0, index, 0),
+                         slot_words, config.mpu_lanes, spans=gathered.get(index), piece_align=align)
+    return LayerStream(tuple(pieces), end, align_up(end, align))
+
+
+def kv_cache_words(config, dims, max_context: int, local_heads: int, kv_group: int) -> int:
+    """HBM words of one layer's KV cache on a card with `local_heads` heads: max_context rows of their keys in the
+    KV areas' slots (KVArea.key_row), then V^T, one row of KVArea.value_row words per dimension of their heads."""
+    area = KVArea(dims.head_dim, max_context, kv_group, region_align(config))
+    return max_context * area.key_row(local_heads) + local_heads * dims.head_dim * area.value_row
+
+
+def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_head_cols: int | None,
+             kv_words: int) -> HbmMap:
+    """Card `card`'s HBM map, every region starting on region_align (a LOAD whose HBM and buffer words agree modulo
+    the buffer chunk writes whole buffer rows, hw/core/dma.py, and its words must agree modulo the beat,
+    misaligned_transfer): the token embedding (wte, its rows the tied LM head's columns), max_context position
+    rows, every layer's LayerNorm parameters and the final one's, the layers' weight stream (stream_words), the
+    LM head's `lm_head_cols` columns unless it is tied to wte (None), then one KV cache of kv_words per layer
+    (none on a card without heads, kv_words 0)."""
+    align, d = region_align(config), dims.n_embd
+    m = HbmMap(card, config.hbm_words, align)
+    column = weight_stride(d, config.weight_align)
+    m.alloc("wte", dims.vocab_size * column, "weights")
+    m.alloc("wpe", max_context * embedding_row(d, config.beat_words), "weights")
+    m.alloc("layernorm", dims.n_layer * ln_block(d, align) + 2 * d, "weights")
+    m.alloc("layer weights", stream_words, "weights")
+    if lm_head_cols is not None:
+        m.alloc("lm_head", lm_head_cols * column, "weights")
+    for layer in range(dims.n_layer if kv_words else 0):
+        m.alloc(f"KV cache L{layer}", kv_words, "kv")
+    return m
+
+
+def check_hbm(config, dims, part, slot_words: int, plans: list, max_context: int) -> list:
+    """Each card's HBM map as the compiler lays it out, from the dimensions alone (plan_buffers' weight-buffer slots
+    of slot_words and activation-buffer `plans`) and the LM head taken as tied to wte, as GPT-2's is; raises
+    CapacityError (HbmMap.check_capacity) where a card's weights, or its KV caches beside them, do not fit its HBM
+    (the compiler checks its own map again, an untied LM head included)."""
+    gathered, maps = gathered_pieces(config, dims, part, slot_words), []
+    for card, plan in enumerate(plans):
+        stream = layer_stream(config, layer_widths(dims, part, card), slot_words,
+                              {index: spans[card] for index, spans in gathered.items()})
+        heads = part.heads[card][1] - part.heads[card][0]
+        maps.append(card_hbm(config, dims, card, max_context, stream.words(dims.n_layer), None,
+                             kv_cache_words(config, dims, max_context, heads, plan.kv_group)))
+        maps[-1].check_capacity(max_context)
+    return maps

@@ -1,4 +1,5 @@
-"""Atomic file writes: write to a temporary name in the target folder, rename into place only on success."""
+"""Reading and writing files safely: what parsing bad JSON raises, and atomic writes (write to a temporary name in the
+target folder, rename into place only on success)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+JSON_ERRORS = (ValueError, RecursionError)
+"""What json.loads raises on text that is not JSON it can read: JSONDecodeError and UnicodeDecodeError (both
+ValueErrors), ValueError for an integer of over 4,300 digits, RecursionError for arrays or objects nested too
+deep."""
 
 
 @contextmanager

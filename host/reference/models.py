@@ -14,14 +14,17 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from ringgpt.host.errors import CheckpointError, DeviceUnavailableError, ModelSpecError
+from ringgpt.host.reference.files import JSON_ERRORS
 from ringgpt.host.reference.spec import (BUNDLED_MODEL_DIR, GPT2_SIZES, HF_ALIASES, N_POSITIONS,  # noqa: F401
                                          REQUIRED_SPEC_KEYS, SPEC_KEYS, SYNTHETIC_PREFIX, VOCAB_SIZE, GPT2Size,
-                                         bundled_dir, checkpoint_dir, read_config_json, size_fields,
+                                         bundled_dir, checkpoint_dir, read_config_json, size_fields, source_fields,
                                          synthetic_fields)
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 LEGACY_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old checkpoints, not weights
+FP16_MAX = torch.finfo(torch.float16).max
+"""65504: a weight of larger magnitude becomes an infinity in FP16 (the appliance's weights, --dtype fp16)."""
 
 
 def size_config(name: str) -> GPT2Config:
@@ -54,10 +57,13 @@ def resolve_device(device: str) -> torch.device:
 
 def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
                seed: int = 0) -> GPT2LMHeadModel:
-    """GPT2LMHeadModel in eval mode from "bundled", a checkpoint directory, or "synthetic:<size or spec>" (seeded)."""
+    """GPT2LMHeadModel in eval mode from "bundled", a checkpoint directory, or "synthetic:<size or spec>" (seeded);
+    its config and the memory its weights need are checked first (spec.source_fields), its weights as they are read
+    (check_weights)."""
     target = resolve_device(device)
     if dtype not in DTYPES.values():
         raise ModelSpecError(f"dtype {dtype} is not supported: use {' or '.join(map(str, DTYPES.values()))}")
+    source_fields(source, torch.finfo(dtype).bits // 8)
     if source.startswith(SYNTHETIC_PREFIX):
         model = _synthetic_model(synthetic_config(source[len(SYNTHETIC_PREFIX):]), dtype, seed)
     elif source == "bundled":
@@ -66,6 +72,22 @@ def load_model(source: str, *, dtype: torch.dtype = torch.float32, device: str =
         model = _checkpoint_model(Path(source), dtype)
     model.config.name_or_path = source
     return model.to(target).eval()
+
+
+def check_weights(tensors, origin: str, error: type, fp16: bool) -> None:
+    """Raises `error` naming the first of the (name, tensor) pairs that holds a NaN or an infinity, or, when the
+    weights are to be FP16 (`fp16`), a value beyond FP16_MAX in magnitude; one min/max pass per tensor."""
+    for name, tensor in tensors:
+        if not tensor.numel():
+            continue
+        low, high = (float(v) for v in torch.aminmax(tensor.detach()))
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise error(f"tensor {name} of {origin} holds NaN or infinite values: the weights are damaged; use a "
+                        "checkpoint whose weights are finite")
+        if fp16 and max(-low, high) > FP16_MAX:
+            raise error(f"tensor {name} of {origin} holds values up to {max(-low, high):.6g} in magnitude, beyond "
+                        f"FP16's range of +-{FP16_MAX:.0f}, in which they would be stored: rescale the model or run it "
+                        "in FP32 (--backend reference --dtype fp32)")
 
 
 def weights_hash(model: torch.nn.Module) -> str:
@@ -112,13 +134,22 @@ def _checkpoint_model(directory: Path, dtype: torch.dtype) -> GPT2LMHeadModel:
     state = _read_weights(directory)
     model = _empty_model(config)
     _check_state(state, model, directory)
+    check_weights(state.items(), f"checkpoint {directory}", CheckpointError, dtype == torch.float16)
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
     model.tie_weights()
     return model
 
 
 def _read_config(directory: Path) -> GPT2Config:
-    return GPT2Config.from_dict(read_config_json(directory))
+    """GPT2Config from a checked config.json; the fields ringgpt does not read, transformers checks. Outputs are
+    returned as named fields (return_dict), as ringgpt reads them, whatever config.json prefers."""
+    data = read_config_json(directory)
+    try:
+        return GPT2Config.from_dict(data, return_dict=True)
+    except Exception as exc:  # whatever transformers raises on a field it cannot take (strict dataclass checks, ...)
+        first = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{directory / 'config.json'} has a field transformers refuses ({first}): correct "
+                              "config.json or restore the checkpoint's") from None
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -139,7 +170,7 @@ def _shards(index_path: Path) -> list[Path]:
     try:
         weight_map = json.loads(index_path.read_text())["weight_map"]
         names = list(dict.fromkeys(weight_map.values()))
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
+    except (*JSON_ERRORS, KeyError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"{index_path} is not a valid shard index ({exc!r}): restore it from the checkpoint") from None
     paths = [index_path.parent / n for n in names]
     missing = [p.name for p in paths if not p.is_file()]
@@ -164,7 +195,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         try:
             header = json.loads(f.read(header_len))
             data_end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError):
+        except (*JSON_ERRORS, KeyError, TypeError, IndexError, AttributeError):
             raise CheckpointError(f"{path} has a corrupt safetensors header: download the checkpoint again") from None
     if 8 + header_len + data_end > size:
         raise CheckpointError(f"{path} is truncated: its tensor data ends at byte {8 + header_len + data_end} but the "
