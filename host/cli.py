@@ -82,8 +82,9 @@ def appliance_backend(backend: str) -> Backend:
 
         what = {"sim": "simulated appliance", "rtl": f"RTL of the appliance ({request.simulator})",
                 "alveo": "the appliance on Alveo boards"}[backend]
-        status.print(Text(f"{what}: {request.model} on {request.cards} x {request.config} "
-                          "(compiling on first use, then cached)", style="dim"))
+        if status.is_terminal:  # a progress note for a person; a script's stderr holds only what went wrong
+            status.print(Text(f"{what}: {request.model} on {request.cards} x {request.config} "
+                              "(compiling on first use, then cached)", style="dim"))
         from ringgpt.host.runtime.generation import run_generation  # imports torch and the simulator only when used
 
         options = {"simulator": request.simulator} if backend == "rtl" else None
