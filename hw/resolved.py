@@ -1,5 +1,5 @@
 """One definition of a resolved instruction and of its read/write footprint, shared by the functional
-simulator (sim/functional), the cycle model (sim/cycle_model.py), the plan check (host/compiler/verify.py,
+simulator (sim/functional), the cycle model (sim/cycle_model/), the plan check (host/compiler/verify.py,
 host/check.py) and the RTL (the scoreboard follows `access_ranges`; the units' issue payload carries the
 fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
 

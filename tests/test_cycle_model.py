@@ -10,9 +10,10 @@ from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
 from ringgpt.hw.core.timing import router_cycles
-from ringgpt.sim import cycle_model
-from ringgpt.sim.cycle_model import (_costed, _fetch_shape, instruction_class, instruction_cost, link_excess,
-                                     schedule, unit_timing)
+from ringgpt.sim.cycle_model import instruction_class, instruction_cost, link_excess, schedule, unit_timing
+from ringgpt.sim.cycle_model import scheduler, stalls
+from ringgpt.sim.cycle_model.fetch import _fetch_shape
+from ringgpt.sim.cycle_model.scheduler import _costed
 from ringgpt.sim.functional import SimulatorDevice
 
 CFG = get_config("sim-small")
@@ -356,10 +357,10 @@ def test_costed_memo_is_keyed_by_the_instruction_object_and_the_config():
     one = CFG.with_cards(1)
     slow = dataclasses.replace(one, hbm_efficiency=0.1)
     assert schedule([[r, halt]], one).cycles < schedule([[r, halt]], slow).cycles
-    remembered = cycle_model._COSTED[id(one)]
+    remembered = scheduler._COSTED[id(one)]
     assert remembered[0] is one and set(remembered[1]) == {id(r), id(halt)}
     schedule([[longer, halt]], one)
-    assert set(cycle_model._COSTED[id(one)][1]) == {id(longer), id(halt)}
+    assert set(scheduler._COSTED[id(one)][1]) == {id(longer), id(halt)}
 
 
 @pytest.mark.parametrize("stride", [0, 64, 64 * 3, 64 * 17, 64 * 34, 768, 1600])
@@ -377,7 +378,7 @@ def test_weight_stalls_are_the_weight_beats_count(stride):
         counted = int((tile_read_cycles(128 + column * stride + t * W, column < n, W, C, P) - 1).sum())
         r = Resolved(Opcode.MATMUL, rows=3, n=n, k=k, src1=(Space.ABUF, 5), src1_stride=k, src2=(Space.WBUF, 128),
                      src2_stride=stride)
-        assert cycle_model.matrix_stall_cycles(r, cfg) == 3 * counted
-        assert int((cycle_model.weight_beat_cycles(128, stride, n, k, cfg) - 1).sum()) == counted
+        assert stalls.matrix_stall_cycles(r, cfg) == 3 * counted
+        assert int((stalls.weight_beat_cycles(128, stride, n, k, cfg) - 1).sum()) == counted
     all_in_one = Resolved(Opcode.MATMUL, rows=1, n=32, k=64, src2=(Space.WBUF, 0), src2_stride=64 * 17)
-    assert cycle_model.matrix_stall_cycles(all_in_one, cfg) == 2 * 15      # all 16 lanes in one memory
+    assert stalls.matrix_stall_cycles(all_in_one, cfg) == 2 * 15      # all 16 lanes in one memory

@@ -14,7 +14,7 @@ from ringgpt.hw.core.timing import PortTiming, transfer_cycles
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.isa import Flags, Opcode, Space
 from ringgpt.hw.resolved import Resolved
-from ringgpt.sim.cycle_model import dma_cycles, hbm_service
+from ringgpt.sim.cycle_model.hbm import dma_cycles, hbm_service
 
 CFG = get_config("sim-small")
 U280 = get_config("u280")

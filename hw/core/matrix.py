@@ -17,7 +17,7 @@ only when its address differs from the previous beat's, else the tile port's kep
 consecutive pairs of one row share it) and reads one weight tile per lane (mpu_lanes x mac_width words from
 WBUF, where the ISA puts every weight: the layers' weights, attention's keys and V^T), both zero-padded past k.
 A pair's mpu_lanes bias words (in WBUF too) are read in the first of its beats whose weight tiles leave the
-bias's memory free, else in its last (sim/cycle_model._bias_tiles), kept for the pair's context until its last
+bias's memory free, else in its last (sim/cycle_model/stalls._bias_tiles), kept for the pair's context until its last
 beat, and wait with the pair's row and group in a FIFO for its sums. All of a beat's reads are the lanes of the
 two buffers' TileReadPorts (`abuf_tiles`: x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
 """

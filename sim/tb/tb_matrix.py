@@ -12,7 +12,7 @@ from ringgpt.hw import banks
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.isa import Dim, Flags, Instruction, InstructionLayout, Opcode, Operand, Space, decode
 from ringgpt.sim.cocotb_support import bench
-from ringgpt.sim.cycle_model import matrix_stall_cycles
+from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, new_regs, random_state,
                                                  register_relative, resolved_of)
 
