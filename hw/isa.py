@@ -6,7 +6,7 @@ functional simulator encode and decode with `Layout.const` / `Layout.from_bits`,
 involved. The Python value types (`Operand`, `Dim`, `Flags`, `Instruction`) are named tuples
 generated from the layouts, and `OPCODES` says for every opcode which unit runs it, which fields it
 reads, which memory spaces each operand may name and what it does; `docs/isa.md` is generated from
-it (`python -m ringgpt.hw.isa --doc`).
+it (`python -m ringgpt.hw.isa_doc`).
 
 Addressing. Every address and size can be register-relative: an operand's effective address is
 `offset + R[reg]`, a dimension's value is `imm + R[reg]`. R0 reads 0. Before a run the host sets
@@ -19,13 +19,10 @@ stripe of granules permuted by its number: docs/cycle-model.md "HBM"), HOST (the
 operand is the FP16 constant in the low 16 bits of `offset`, broadcast everywhere).
 """
 # No `from __future__ import annotations`: amaranth.lib.data.Struct reads real annotations.
+# Beside this module: the assembly text (hw/assembly.py), the program file (hw/program.py), docs/isa.md (hw/isa_doc.py).
 
 import collections
 import dataclasses
-import json
-import re
-import struct
-import sys
 from dataclasses import dataclass
 
 from amaranth import signed, unsigned
@@ -189,6 +186,7 @@ class Instruction(_tuple_type("InstructionFields", InstructionLayout)):
         return InstructionLayout.const(_to_dict(self)).as_bits()
 
     def __str__(self) -> str:
+        from ringgpt.hw.assembly import format_instruction   # the assembly text is built on this module
         return format_instruction(self)
 
 
@@ -423,118 +421,20 @@ def decode(word: int) -> Instruction:
     return inst
 
 
-# --- assembly text ------------------------------------------------------------------------------
+# --- field widths ------------------------------------------------------------------------------
 
-def _format_operand(op: Operand) -> str:
-    if op.space == Space.IMM:
-        return f"IMM[0x{op.offset:04x}]"
-    reg = f"+r{op.reg}" if op.reg else ""
-    return f"{op.space.name}[{op.offset}{reg}]"
-
-
-def _format_dim(dim: Dim) -> str:
-    if dim.reg and dim.imm:
-        return f"r{dim.reg}+{dim.imm}"
-    return f"r{dim.reg}" if dim.reg else str(dim.imm)
+def _bit_ranges(layout, prefix="", base=0):
+    for name, field in data.Layout.cast(layout):
+        shape = field.shape
+        full = f"{prefix}{name}"
+        if isinstance(shape, type) and issubclass(shape, data.Struct):
+            yield from _bit_ranges(shape, f"{full}.", base + field.offset)
+        else:
+            yield full, base + field.offset, field.width, shape
 
 
-def format_instruction(inst: Instruction) -> str:
-    """Assembly text of one instruction: the mnemonic, then key=value for every non-zero field."""
-    spec = OPCODES[inst.opcode]
-    parts = [inst.opcode.name]
-    parts += [f"{name}=r{getattr(inst, name)}" for name in ("rd", "rs", "rt") if name in spec.control]
-    if "imm" in spec.control:
-        parts.append(f"imm={inst.imm}")
-    parts += [f"{name}={_format_operand(getattr(inst, name))}" for name in OPERANDS
-              if getattr(inst, name).space != Space.NONE]
-    parts += [f"{name}={_format_dim(getattr(inst, name))}" for name in DIMS if getattr(inst, name) != Dim()]
-    parts += [f"{name}={getattr(inst, name)}" for name in STRIDES if getattr(inst, name)]
-    parts += [f"+{name}" for name in FLAG_NAMES if getattr(inst.flags, name)]
-    return " ".join(parts)
-
-
-_OPERAND_RE = re.compile(r"^(\w+)\[(0x[0-9a-fA-F]+|\d+)(?:\+r(\d+))?\]$", re.ASCII)
-_DIM_RE = re.compile(r"^(?:r(\d+))?(?:\+?(\d+))?$", re.ASCII)
-_REG_RE = re.compile(r"r\d+", re.ASCII)
-_INT_RE = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|\d+)", re.ASCII)
-
-
-def required_fields(opcode: Opcode) -> tuple:
-    """The fields an instruction's text must give: its control fields (rd, rs, rt, imm) and the operands whose
-    space cannot be NONE. Dimensions, strides and flags default to zero."""
-    spec = OPCODES[opcode]
-    return tuple(spec.control) + tuple(o for o, spaces in spec.operands.items() if Space.NONE not in spaces)
-
-
-def _fields_of(opcode: Opcode) -> set:
-    spec = OPCODES[opcode]
-    return set(spec.control) | set(spec.operands) | set(spec.dims) | set(spec.strides)
-
-
-def parse_instruction(text: str, line: int | None = None) -> Instruction:
-    """Parses one line of assembly (see format_instruction); errors name the line and token. Every field the
-    opcode needs must be given (required_fields), none twice, and none that the opcode does not use."""
-    where = f"line {line}: " if line is not None else ""
-    tokens = text.split()
-    if not tokens:
-        raise IllegalInstructionError(f"{where}empty instruction")
-    try:
-        opcode = Opcode[tokens[0].upper()] if tokens[0].isascii() else None
-    except KeyError:
-        opcode = None
-    if opcode is None:
-        raise IllegalInstructionError(f"{where}unknown mnemonic {tokens[0]!r}")
-    usable = _fields_of(opcode)
-    fields: dict = {}
-    flags: dict = {}
-    for token in tokens[1:]:
-        if token.startswith("+"):
-            if token[1:] not in FLAG_NAMES:
-                raise IllegalInstructionError(f"{where}unknown flag {token!r}; flags: {', '.join(FLAG_NAMES)}")
-            if token[1:] in flags:
-                raise IllegalInstructionError(f"{where}flag {token!r} is given twice")
-            flags[token[1:]] = 1
-            continue
-        key, eq, value = token.partition("=")
-        if not eq:
-            raise IllegalInstructionError(f"{where}expected key=value or +flag, got {token!r}")
-        if key in fields:
-            raise IllegalInstructionError(f"{where}field '{key}' is given twice ({key}=... and {token!r})")
-        known = key in OPERANDS or key in DIMS or key in STRIDES or key in CONTROL_FIELDS
-        if known and key not in usable:
-            raise IllegalInstructionError(f"{where}field '{key}': {opcode.name} does not use this field ({token!r}); "
-                                          f"it takes {', '.join(sorted(usable)) or 'no fields'}")
-        try:
-            if key in OPERANDS:
-                m = _OPERAND_RE.match(value)
-                if not m:
-                    raise ValueError(f"expected SPACE[offset] or SPACE[offset+rN], got {value!r}")
-                fields[key] = Operand(Space[m.group(1).upper()], int(m.group(3) or 0), int(m.group(2), 0))
-            elif key in DIMS:
-                m = _DIM_RE.match(value)
-                if not m or value == "":
-                    raise ValueError(f"expected N, rK or rK+N, got {value!r}")
-                fields[key] = Dim(int(m.group(1) or 0), int(m.group(2) or 0))
-            elif key in ("rd", "rs", "rt"):
-                if not _REG_RE.fullmatch(value):
-                    raise ValueError(f"expected a register rN, got {value!r}")
-                fields[key] = int(value[1:])
-            elif key in STRIDES or key == "imm":
-                if not _INT_RE.fullmatch(value):
-                    raise ValueError(f"expected an integer, got {value!r}")
-                fields[key] = int(value, 0)
-            else:
-                raise ValueError("unknown field")
-        except (ValueError, KeyError) as exc:
-            raise IllegalInstructionError(f"{where}bad token {token!r}: {exc}") from None
-    missing = [name for name in required_fields(opcode) if name not in fields]
-    if missing:
-        raise IllegalInstructionError(f"{where}{opcode.name} needs {', '.join(missing)}: e.g. "
-                                      f"{' '.join(f'{n}=...' for n in required_fields(opcode))}")
-    try:
-        return Instruction.make(opcode, flags=Flags(**flags), **fields)
-    except IllegalInstructionError as exc:
-        raise IllegalInstructionError(f"{where}{exc}") from None
+_FIELD_RANGES = tuple(_bit_ranges(InstructionLayout))
+"""(path, bit offset, width, shape) of every leaf field of the layout."""
 
 
 def _check_ranges(inst: Instruction) -> None:
@@ -552,147 +452,15 @@ def _check_ranges(inst: Instruction) -> None:
             raise IllegalInstructionError(f"{inst.opcode.name}: field '{path}' = {value} does not fit in {width} bits")
 
 
-def assemble(text: str) -> list[Instruction]:
-    """Assembly text (one instruction per line; '#' starts a comment) to instructions."""
-    program = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if line:
-            program.append(parse_instruction(line, number))
-    return program
+_MOVED = {**dict.fromkeys(("assemble", "disassemble", "format_instruction", "parse_instruction", "required_fields"),
+                          "ringgpt.hw.assembly"),
+          **dict.fromkeys(("PROGRAM_MAGIC", "Program"), "ringgpt.hw.program"), "docs_markdown": "ringgpt.hw.isa_doc"}
+"""Names that moved out of this module -> their module, still found here (`__getattr__`) for the importers not yet
+changed."""
 
 
-def disassemble(instructions) -> str:
-    return "\n".join(format_instruction(i) for i in instructions) + "\n"
-
-
-# --- programs: the binary artifact ------------------------------------------------------------------
-
-PROGRAM_MAGIC = b"RGPTPRG1"
-
-
-@dataclass
-class Program:
-    """One card's instruction stream with the configuration it was built for."""
-    instructions: list
-    config_name: str
-    config_hash: str
-    card: int = 0
-    cards: int = 1
-    meta: dict = dataclasses.field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        header = json.dumps({"config_name": self.config_name, "config_hash": self.config_hash,
-                             "card": self.card, "cards": self.cards, "count": len(self.instructions),
-                             "meta": self.meta}, sort_keys=True).encode()
-        body = b"".join(i.encode().to_bytes(INSTRUCTION_BYTES, "little") for i in self.instructions)
-        return PROGRAM_MAGIC + struct.pack("<I", len(header)) + header + body
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> "Program":
-        """The program `to_bytes` wrote; anything else raises IllegalInstructionError naming the field or the
-        instruction that is wrong."""
-        if not isinstance(blob, (bytes, bytearray, memoryview)):
-            raise IllegalInstructionError(f"a program is bytes, not {type(blob).__name__}")
-        blob = bytes(blob)
-        if blob[:8] != PROGRAM_MAGIC:
-            raise IllegalInstructionError("not a ringgpt program (bad magic): compile the model again "
-                                          "(python -m ringgpt.host.compiler)")
-        if len(blob) < 12:
-            raise IllegalInstructionError(f"truncated program: {len(blob)} bytes, the header length needs 12")
-        (hlen,) = struct.unpack_from("<I", blob, 8)
-        if 12 + hlen > len(blob):
-            raise IllegalInstructionError(f"truncated program: the header is {hlen} bytes but the file ends "
-                                          f"{len(blob) - 12} bytes after its length field")
-        try:
-            header = json.loads(blob[12:12 + hlen])
-        except (ValueError, RecursionError) as exc:
-            raise IllegalInstructionError(f"corrupt program header: {exc}") from None
-        if not isinstance(header, dict):
-            raise IllegalInstructionError(f"corrupt program header: a JSON {type(header).__name__}, not an object")
-
-        def field(name: str, check, expected: str):
-            if name not in header:
-                raise IllegalInstructionError(f"corrupt program header: field '{name}' is missing")
-            value = header[name]
-            if not check(value):
-                raise IllegalInstructionError(f"corrupt program header: field '{name}' = {value!r:.60} is not "
-                                              f"{expected}")
-            return value
-
-        def count(value) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        config_name = field("config_name", lambda v: isinstance(v, str), "a string")
-        config_hash = field("config_hash", lambda v: isinstance(v, str), "a string")
-        cards = field("cards", lambda v: count(v) and v >= 1, "an integer >= 1")
-        card = field("card", lambda v: count(v) and v < cards, f"a card number below cards = {cards}")
-        number = field("count", count, "an instruction count (an integer >= 0)")
-        meta = field("meta", lambda v: isinstance(v, dict), "an object")
-        body = blob[12 + hlen:]
-        if len(body) != number * INSTRUCTION_BYTES:
-            raise IllegalInstructionError(f"truncated program: header says {number} instructions, "
-                                          f"body holds {len(body) / INSTRUCTION_BYTES:g}")
-        insts = []
-        for index in range(number):
-            word = int.from_bytes(body[index * INSTRUCTION_BYTES:(index + 1) * INSTRUCTION_BYTES], "little")
-            try:
-                insts.append(decode(word))
-            except IllegalInstructionError as exc:
-                raise IllegalInstructionError(f"instruction {index}: {exc}") from None
-        return cls(insts, config_name, config_hash, card, cards, meta)
-
-
-# --- documentation ------------------------------------------------------------------------------
-
-def _bit_ranges(layout, prefix="", base=0):
-    for name, field in data.Layout.cast(layout):
-        shape = field.shape
-        full = f"{prefix}{name}"
-        if isinstance(shape, type) and issubclass(shape, data.Struct):
-            yield from _bit_ranges(shape, f"{full}.", base + field.offset)
-        else:
-            yield full, base + field.offset, field.width, shape
-
-
-_FIELD_RANGES = tuple(_bit_ranges(InstructionLayout))
-"""(path, bit offset, width, shape) of every leaf field of the layout."""
-
-
-def docs_markdown() -> str:
-    """docs/isa.md, generated from this module."""
-    out = ["# ringgpt instruction set", "",
-           "Generated from `hw/isa.py` by `python -m ringgpt.hw.isa --doc > docs/isa.md`; do not edit.", "",
-           __doc__.split("\n\n", 1)[1].strip(), "",
-           f"## Format\n\nEvery instruction is one {INSTRUCTION_BITS}-bit word (little-endian in memory). "
-           "Fields an opcode does not use must be zero; reserved bits must be zero; decoding anything else "
-           "raises `IllegalInstructionError` naming the word and the field.", "",
-           "| field | bits | width | type |", "|---|---|---|---|"]
-    for name, offset, width, shape in _bit_ranges(InstructionLayout):
-        kind = shape.__name__ if isinstance(shape, type) else ("signed" if shape.signed else "unsigned")
-        out.append(f"| `{name}` | {offset + width - 1}:{offset} | {width} | {kind} |")
-    out += ["", "Spaces: " + ", ".join(f"`{s.name}` = {s.value}" for s in Space) + ".",
-            "", "Assembly: `MNEMONIC key=value ... +flag`; operands `SPACE[offset]` or `SPACE[offset+rN]` "
-            "(`IMM[0x3c00]` is the FP16 constant 1.0), dimensions `N`, `rK` or `rK+N`, registers `rN`. "
-            "An instruction's register and immediate fields and its operands that cannot be `NONE` must be given; "
-            "dimensions, strides and flags default to zero. A field given twice, or one the opcode does not use, "
-            "is an error, as is a program file whose header lacks a field or has one of the wrong type "
-            "(`IllegalInstructionError` naming the line or field).", ""]
-    for unit in Unit:
-        out.append(f"## {'DMA' if unit is Unit.DMA else unit.name.title()} unit\n")
-        for opcode, spec in OPCODES.items():
-            if spec.unit != unit:
-                continue
-            fields = list(spec.control) + [f"{o} ({'/'.join(s.name for s in spec.operands[o])})" for o in spec.operands]
-            fields += list(spec.dims) + list(spec.strides) + [f"+{f}" for f in spec.flags]
-            out += [f"### `{opcode.name}` (0x{opcode.value:02x}): {spec.summary}", "",
-                    f"- format: `{opcode.name}` " + (", ".join(f"`{f}`" for f in fields) or "no fields"),
-                    f"- action: {spec.action}", ""]
-    return "\n".join(out)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--doc"]:
-        print(docs_markdown())
-    else:
-        print("usage: python -m ringgpt.hw.isa --doc", file=sys.stderr)
-        sys.exit(2)
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ import numpy as np
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
-from ringgpt.hw.isa import Program
+from ringgpt.hw.program import Program
 from ringgpt.sim.functional import SimulatorDevice
 
 PROMPT = [5, 17, 3, 60, 22]

@@ -17,7 +17,8 @@ from ringgpt.host.reference.models import load_model, synthetic_config
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.datapath import small_config
-from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Program, Space, decode
+from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, decode
+from ringgpt.hw.program import Program
 from ringgpt.sim.functional import SimulatorDevice
 
 

@@ -6,7 +6,9 @@ import dataclasses
 import pytest
 
 from ringgpt.hw.config import get_config
-from ringgpt.hw.isa import Flags, Opcode, Program, Space, Unit, assemble
+from ringgpt.hw.assembly import assemble
+from ringgpt.hw.isa import Flags, Opcode, Space, Unit
+from ringgpt.hw.program import Program
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
 from ringgpt.hw.core.timing import router_cycles

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ringgpt.hw import isa
+from ringgpt.hw import assembly, isa, isa_doc
 from ringgpt.hw.isa import (DIMS, FLAG_NAMES, OPCODES, OPERANDS, STRIDES, Dim, Flags, IllegalInstructionError,
-                            Instruction, InstructionLayout, Opcode, Operand, Program, Space, decode)
+                            Instruction, InstructionLayout, Opcode, Operand, Space, decode)
+from ringgpt.hw.program import Program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,9 +68,9 @@ def test_encode_decode_round_trip(inst):
 @settings(max_examples=300, deadline=None)
 @given(instructions())
 def test_assemble_disassemble_round_trip(inst):
-    text = isa.format_instruction(inst)
-    assert isa.parse_instruction(text) == inst
-    assert isa.assemble(isa.disassemble([inst, inst])) == [inst, inst]
+    text = assembly.format_instruction(inst)
+    assert assembly.parse_instruction(text) == inst
+    assert assembly.assemble(assembly.disassemble([inst, inst])) == [inst, inst]
 
 
 @pytest.mark.parametrize("opcode", list(Opcode))
@@ -83,7 +84,7 @@ def test_every_opcode_round_trips(opcode):
                             **{s: 5 for s in spec.strides}, **{c: 1 for c in spec.control},
                             flags=Flags(**{f: 1 for f in spec.flags}))
     assert decode(inst.encode()) == inst
-    assert isa.parse_instruction(str(inst)) == inst
+    assert assembly.parse_instruction(str(inst)) == inst
     assert inst.unit == spec.unit
 
 
@@ -97,7 +98,7 @@ def test_known_encoding():
     """Whole words built bit by bit from literal positions (opcode in bits 5:0, flags from 6, dst.space at 16:14,
     ...), compared with what the encoder produces and what the decoder reads back."""
     assert Instruction.make(Opcode.HALT).encode() == 0x01
-    load = isa.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=8 dst_stride=8 src1_stride=8 "
+    load = assembly.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=8 dst_stride=8 src1_stride=8 "
                                  "+transpose")
     word = (0x10 | 1 << 7 | 2 << 14 | 3 << 17 | 64 << 21 | 3 << 53 | 0x100 << 60 | 2 << 170 | 1 << 174
             | 8 << 206 | 8 << 298 | 8 << 318)
@@ -105,7 +106,7 @@ def test_known_encoding():
     seti = Instruction.make(Opcode.SETI, rd=3, imm=-5)
     word = 0x03 | 3 << 378 | (2 ** 32 - 5) << 390
     assert seti.encode() == word and decode(word) == seti
-    vadd = isa.parse_instruction("VADD dst=ABUF[1] src1=ABUF[2] src2=IMM[0x3c00] rows=4 n=r5 src1_stride=9")
+    vadd = assembly.parse_instruction("VADD dst=ABUF[1] src1=ABUF[2] src2=IMM[0x3c00] rows=4 n=r5 src1_stride=9")
     word = 0x30 | 1 << 14 | 1 << 21 | 1 << 53 | 2 << 60 | 5 << 92 | 0x3C00 << 99 | 4 << 174 | 5 << 202 | 9 << 318
     assert vadd.encode() == word and decode(word) == vadd
 
@@ -133,7 +134,7 @@ def test_operand_space_not_allowed():
     ("MASKED_QK", "src2", "MASKED_QK dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=ABUF[9] rows=1 n=16 k=64")])
 def test_matrix_weights_and_bias_are_in_wbuf(opcode, field, text):
     """The matrix unit reads weights, keys, V^T and biases through WBUF's tile port only (hw/core/matrix.py)."""
-    legal = isa.parse_instruction(text).encode()
+    legal = assembly.parse_instruction(text).encode()
     decode(legal)
     word = legal ^ ((Space.WBUF.value ^ Space.ABUF.value) << _field_offset(f"{field}.space"))
     allowed = "NONE/WBUF" if field == "aux" else "WBUF"
@@ -205,18 +206,18 @@ def test_imm_operand_checks():
 ])
 def test_assembler_errors(text, message):
     with pytest.raises(IllegalInstructionError, match=message):
-        isa.assemble(text)
+        assembly.assemble(text)
 
 
 def test_assembler_comments_and_line_numbers():
-    program = isa.assemble("# header\nSETI rd=r3 imm=7  # set\n\nHALT\n")
+    program = assembly.assemble("# header\nSETI rd=r3 imm=7  # set\n\nHALT\n")
     assert [i.opcode for i in program] == [Opcode.SETI, Opcode.HALT]
     with pytest.raises(IllegalInstructionError, match="line 3: "):
-        isa.assemble("NOP\nNOP\nBOGUS\n")
+        assembly.assemble("NOP\nNOP\nBOGUS\n")
 
 
 def test_register_relative_text():
-    inst = isa.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=r4 dst_stride=8 src1_stride=8")
+    inst = assembly.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=r4 dst_stride=8 src1_stride=8")
     assert inst.dst == Operand(Space.WBUF, 3, 64)
     assert inst.src1 == Operand(Space.HBM, 0, 256)
     assert inst.rows == Dim(2, 1) and inst.n == Dim(4, 0)
@@ -250,4 +251,4 @@ def test_spec_covers_layout():
 
 def test_docs_are_generated_from_definition():
     doc = (ROOT / "docs" / "isa.md").read_text()
-    assert doc == isa.docs_markdown() + "\n", "docs/isa.md is stale: python -m ringgpt.hw.isa --doc > docs/isa.md"
+    assert doc == isa_doc.docs_markdown() + "\n", "docs/isa.md is stale: python -m ringgpt.hw.isa_doc > docs/isa.md"
