@@ -88,8 +88,8 @@ class ArchConfig:
     """Time a pseudo-channel loses per burst that does not continue the previous one (a row activation not
     hidden behind the stream): strided rows, transposed reads, gathers."""
     hbm_outstanding: int = 16
-    """Requests (bursts) one AXI port keeps in flight (hw/core/dma.py PortEngine): a port's throughput is at most
-    hbm_outstanding bursts per hbm_latency_cycles + 1."""
+    """Requests (bursts) one AXI port keeps in flight (hw/core/port_engine.py, PortEngine): a port's throughput is
+    at most hbm_outstanding bursts per hbm_latency_cycles + 1."""
     hbm_ports: int = 0
     """DMA AXI ports (0: one per pseudo-channel). Port p serves channels c with c mod ports == p; traffic to a
     channel outside the port's switch group crosses the HBM switch's lateral links."""
@@ -153,7 +153,7 @@ class ArchConfig:
     def beat_words(self) -> int:
         """Words of one beat of an HBM or host AXI port (hbm_port_bits / 16). An off-chip LOAD's or GATHER's words
         keep their offsets within it in the buffer (hw/resolved.misaligned_transfer), so the DMA engines write
-        beats into buffer rows unshifted (hw/core/dma.py)."""
+        beats into buffer rows unshifted (hw/core/port_engine.py)."""
         return self.hbm_port_bits // 16
 
     @property

@@ -9,8 +9,8 @@ word addresses as one contiguous range of local words (`local_range`), which is 
 stream it as long bursts.
 
 Plain Python (ints or numpy arrays) for the simulator, the cycle model and the testbenches; `word_of`
-and `local_range_of` build the same map in Amaranth for the DMA unit (hw/core/dma.py), which needs C and
-G to be powers of two.
+and `local_range_of` build the same map in Amaranth for the DMA unit's port engines (hw/core/port_engine.py),
+which needs C and G to be powers of two.
 """
 from __future__ import annotations
 

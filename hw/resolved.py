@@ -150,8 +150,8 @@ def misaligned_transfer(r: Resolved, beat: int) -> str | None:
     """Why a LOAD's or GATHER's rows from HBM or the host into ABUF or WBUF break the DMA engines' rule, or None:
     each word must lie at the same offset within its `beat`-word group (hbm_port_bits / 16) in the buffer as in
     HBM or the host, so that an engine writes a beat's words into a buffer row without shifting them
-    (hw/core/dma.py, PortEngine; the RTL refuses the word with ErrorCode.MISALIGNED). A LOAD: dst - src1 and, with
-    more than one row, dst_stride - src1_stride multiples of `beat`; a GATHER (any table row): dst - src1,
+    (hw/core/port_engine.py, PortEngine; the RTL refuses the word with ErrorCode.MISALIGNED). A LOAD: dst - src1
+    and, with more than one row, dst_stride - src1_stride multiples of `beat`; a GATHER (any table row): dst - src1,
     src1_stride and, with more than one row, dst_stride. Transposed LOADs (through the transpose tile), STOREs,
     on-chip copies and empty instructions (rows or n 0) are exempt."""
     if (r.op not in (Opcode.LOAD, Opcode.GATHER) or not (r.rows and r.n) or r.src1[0] not in (Space.HBM, Space.HOST)

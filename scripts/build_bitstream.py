@@ -4,7 +4,7 @@
 
     verilog        Amaranth -> ringgpt_kernel.v (hw/kernel/kernel.py: the Vitis RTL kernel around one core)
     lint           verilator --lint-only on it (LINT_WAIVERS: the warnings Amaranth's output always has); --skip-lint
-    resources      Yosys resource estimates of the core's units at this config (scripts/resource_estimates.py
+    resources      Yosys resource estimates of the core's units at this config (hw/resource_estimates.py
                    core_estimates: parts synthesised and composed per unit, buffers counted; synthesising a whole
                    u280 core takes hours here, so this is an estimate, and it says so in the manifest); --skip-synth
     vitis_sources  kernel.xml, the Vivado packaging Tcl, the v++ link config and, for 2+ cards, the Aurora kernel
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import platform as python_platform
@@ -154,13 +153,11 @@ def tool_version(command: list[str], env: dict | None = None) -> str:
 
 
 def resource_estimates(cfg: ArchConfig, work: Path) -> dict:
-    """scripts/resource_estimates.py's per-unit estimates of the core at `cfg` (parts reused from an earlier build
+    """hw/resource_estimates.py's per-unit estimates of the core at `cfg` (parts reused from an earlier build
     into the same folder), against the U280's resources."""
-    spec = importlib.util.spec_from_file_location("resource_estimates", ROOT / "scripts" / "resource_estimates.py")
-    estimates = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(estimates)
+    from ringgpt.hw.resource_estimates import core_estimates   # Yosys and every unit: only when this step runs
     path = work / "resources.json"
-    estimates.core_estimates(path, reuse=True, cfg=cfg)
+    core_estimates(path, reuse=True, cfg=cfg)
     report = json.loads(path.read_text())
     total = report["rows"]["total"]
     return {"method": "estimate per unit, not a synthesis of the whole kernel: the matrix and vector units composed "

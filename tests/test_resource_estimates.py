@@ -1,9 +1,11 @@
-"""scripts/resource_estimates.py: the buffers' memory count at u280, by hand (no synthesis)."""
+"""hw/resource_estimates.py (scripts/resource_estimates.py's estimates): the buffers' memory count at u280, by hand
+(no synthesis)."""
+from ringgpt.hw import resource_estimates as estimates
 from ringgpt.hw.config import get_config
 
 
-def test_buffer_copies_count_each_shared_group_once(load_script):
-    buffers = load_script("resource_estimates").buffer_estimate(get_config("u280"))
+def test_buffer_copies_count_each_shared_group_once():
+    buffers = estimates.buffer_estimate(get_config("u280"))
     # a copy: 17 memories of 64-word rows, 1,024 bits = 15 URAM columns of 72 bits, one URAM deep
     # (ABUF 2 M words: 1,928 rows; WBUF 4.25 M: all 4,096 rows of the URAM)
     assert {name: (b["URAM_per_copy"], b["depth"]) for name, b in buffers.items()} == {"ABUF": (255, 1928),
@@ -23,8 +25,7 @@ def test_buffer_copies_count_each_shared_group_once(load_script):
     assert buffers["ABUF"]["URAM"] + buffers["WBUF"]["URAM"] == 510
 
 
-def test_port_logic_is_composed_of_its_measured_parts(load_script):
-    script = load_script("resource_estimates")
+def test_port_logic_is_composed_of_its_measured_parts():
     cfg = get_config("u280")
     # each part's LUTs stand in for Yosys's: select(n) n LUTs a bit (of SELECT_BITS), kept select(n) n + 1, a read
     # shift 1,000, a write shift 3,000
@@ -33,12 +34,12 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
     def measure(name, build):
         asked.append(name)
         if name.startswith("select("):
-            return {"LUT": int(name[7:-1]) * script.SELECT_BITS}
+            return {"LUT": int(name[7:-1]) * estimates.SELECT_BITS}
         if name.startswith("kept select("):        # the memories' rows and the kept one
-            return {"LUT": (int(name[12:-1]) + 1) * script.SELECT_BITS}
+            return {"LUT": (int(name[12:-1]) + 1) * estimates.SELECT_BITS}
         return {"LUT": 1000 if name.startswith("read shift") else 3000}
 
-    ports = script.port_logic(cfg, measure)
+    ports = estimates.port_logic(cfg, measure)
     # WBUF: the matrix unit's 16 aligned weight lanes and its bias lane, and a write group of the on-chip DMA's
     # two-row port and the engines' crossbar (3 candidate rows)
     assert ports["requesters"]["WBUF"] == {"aligned tile lane of 64": 16, "tile lane of 64": 1, "row write of 128": 1,
@@ -65,21 +66,19 @@ def test_port_logic_is_composed_of_its_measured_parts(load_script):
             "write shift(64, 64)"} <= set(asked)
 
 
-def test_port_parts_are_the_buffers_own_logic(load_script):
+def test_port_parts_are_the_buffers_own_logic():
     """The measured parts elaborate (to RTLIL, as Yosys reads them) from hw/core/buffers.py's select, words_at and
     placed."""
     from amaranth.back import rtlil
-    script = load_script("resource_estimates")
-    parts = script.port_parts(get_config("sim-small"))
+    parts = estimates.port_parts(get_config("sim-small"))
     assert {"select(5)", "read shift(8, 8)", "write shift(8, 1)"} <= set(parts)
     for name in ("select(5)", "read shift(8, 8)", "write shift(8, 1)"):
         assert "module" in rtlil.convert(parts[name](), name="top")
 
 
-def test_reuse_compares_the_designs_digest(load_script):
+def test_reuse_compares_the_designs_digest():
     """--core --reuse takes a part's earlier figures only for the same design: the digest of its RTLIL is the same
     for two builds of one design and differs when the design changes."""
     from ringgpt.hw.core.transpose import TransposeTile
-    script = load_script("resource_estimates")
-    assert script.design_digest(TransposeTile(4)) == script.design_digest(TransposeTile(4))
-    assert script.design_digest(TransposeTile(4)) != script.design_digest(TransposeTile(8))
+    assert estimates.design_digest(TransposeTile(4)) == estimates.design_digest(TransposeTile(4))
+    assert estimates.design_digest(TransposeTile(4)) != estimates.design_digest(TransposeTile(8))

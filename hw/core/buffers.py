@@ -63,7 +63,7 @@ def select(index, values: list) -> Value:
     """values[index] (`index` < len(values)), each zero-extended to the widest: a binary tree of 2:1 muxes, one
     level an index bit, which synthesis packs into LUTs and the CLBs' MUXF7/MUXF8 (Yosys `synth_xilinx -widemux`:
     17 values 5 LUTs a bit, 33 values 9; a `word_select` 6 and 14, a chain of compares 17 and 32;
-    scripts/resource_estimates.py measures it, `port_parts`)."""
+    hw/resource_estimates.py measures it, `port_parts`)."""
     values = [Value.cast(v) for v in values]
     width = max(len(v) for v in values)
     level = [Cat(v, Const(0, width - len(v))) for v in values]

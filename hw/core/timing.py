@@ -78,7 +78,7 @@ class VectorTiming:
 
 
 class PortTiming:
-    """One AXI port engine's latencies (hw/core/dma.py, PortEngine)."""
+    """One AXI port engine's latencies (hw/core/port_engine.py, PortEngine)."""
 
     request_cycles = 3
     """Cycles from a job's (the cycle it is offered) to its first burst's handshake: the job queue, the current
