@@ -105,8 +105,8 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
      (Unit.DMA, 4 + 13 * 5 + 100 + 1, 0, 0, 0), "dma-onchip"),
     # the router's own cycles (hw/core/router.py): SEND posts, sends the header and 26 beats, the last 2 cycles
     # after its read; RECV takes the header and 26 beats. The hop is the receiver's wait (schedule).
-    (Resolved(Opcode.SEND, rows=2, n=100), (Unit.ROUTER, 4 + 2 + 26 + 2, 0, 400, 0), "ring"),
-    (Resolved(Opcode.RECV, rows=2, n=100), (Unit.ROUTER, 4 + 1 + 26, 0, 0, 0), "ring"),
+    (Resolved(Opcode.SEND, rows=2, n=100), (Unit.ROUTER, 4 + 2 + 26 + 2, 0, 400, 0), "router"),
+    (Resolved(Opcode.RECV, rows=2, n=100), (Unit.ROUTER, 4 + 1 + 26, 0, 0, 0), "router"),
     (Resolved(Opcode.SETI), (Unit.CONTROL, 1, 0, 0, 0), "control"),
     (Resolved(Opcode.HALT), (Unit.CONTROL, 1, 0, 0, 0), "control"),
 ])

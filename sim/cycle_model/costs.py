@@ -93,13 +93,10 @@ def link_excess(beats: int, cfg: ArchConfig) -> int:
     return max(0, ceil_div(sent * 2 * cfg.vector_width, cfg.ring_bytes_per_cycle) - sent)
 
 
-_UNIT_CLASS = {Unit.CONTROL: "control", Unit.MATRIX: "matrix", Unit.VECTOR: "vector", Unit.ROUTER: "ring"}
-
-
 def instruction_class(r: Resolved) -> str:
-    """The class a run's busy cycles are broken down by."""
+    """The class a run's busy cycles are broken down by: the unit's name, the DMA's by where its data lies."""
     unit = OPCODES[r.op].unit
     if unit is Unit.DMA:
         spaces = (r.dst[0], r.src1[0])
         return "dma-hbm" if Space.HBM in spaces else "dma-host" if Space.HOST in spaces else "dma-onchip"
-    return _UNIT_CLASS[unit]
+    return unit.name.lower()
