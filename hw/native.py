@@ -11,7 +11,8 @@ The C source is compiled on first use with the system C compiler (the project al
 `build`, which the sampler's kernel in host/reference/weights.py uses too) into $RINGGPT_CACHE_DIR/native
 (default ~/.cache/ringgpt/native), keyed by the source's hash, with
 -ffp-contract=off (no fused multiply-add) and without -ffast-math (IEEE binary32, round to nearest even,
-gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to numpy.
+gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to numpy; a
+cached library that fails to load (a damaged file) is built again, with a warning.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import platform
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -394,25 +396,49 @@ def _cache_dir() -> Path:
     return Path(root) / "native"
 
 
+class NativeRebuildWarning(UserWarning):
+    """A compiled kernel in the cache failed to load (a damaged file) and is being built again."""
+
+
+def _flags(for_this_cpu: bool) -> list:
+    return FLAGS + (["-march=native"] if for_this_cpu else [])
+
+
+def library_path(name: str, source: str, *, for_this_cpu: bool = False) -> Path:
+    """Where the cache keeps `source` compiled (keyed by the source, the flags and, for_this_cpu, this CPU)."""
+    key = source + " ".join(_flags(for_this_cpu)) + (_cpu_features() if for_this_cpu else "")
+    return _cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+
+
+def _compile(path: Path, name: str, source: str, flags: list) -> None:
+    """Compiles `source` into a temporary folder beside `path` and renames the library to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        src = Path(tmp) / f"{name}.c"
+        src.write_text(source)
+        out = Path(tmp) / path.name
+        subprocess.run([os.environ.get("CC", "cc"), *flags, str(src), "-o", str(out)], check=True,
+                       capture_output=True, timeout=120)
+        os.replace(out, path)
+
+
 def build(name: str, source: str, *, for_this_cpu: bool = False):
     """C `source` compiled with FLAGS into the cache (keyed by its hash) and loaded: a ctypes.CDLL, or None when
     RINGGPT_NATIVE=0, no compiler is there or the build fails (callers fall back to their numpy definition).
+    A cached library that fails to load (a damaged file) is built again, with a NativeRebuildWarning.
     `for_this_cpu` adds -march=native, the cache then keyed by this CPU's features too."""
     if os.environ.get("RINGGPT_NATIVE", "1") == "0":
         return None
-    flags = FLAGS + (["-march=native"] if for_this_cpu else [])
-    key = source + " ".join(flags) + (_cpu_features() if for_this_cpu else "")
-    path = _cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+    path = library_path(name, source, for_this_cpu=for_this_cpu)
     try:
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-                src = Path(tmp) / f"{name}.c"
-                src.write_text(source)
-                out = Path(tmp) / path.name
-                subprocess.run([os.environ.get("CC", "cc"), *flags, str(src), "-o", str(out)], check=True,
-                               capture_output=True, timeout=120)
-                os.replace(out, path)
+            _compile(path, name, source, _flags(for_this_cpu))
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as exc:
+            warnings.warn(NativeRebuildWarning(f"the compiled kernel {path} fails to load ({exc}): building it again"),
+                          stacklevel=2)
+        _compile(path, name, source, _flags(for_this_cpu))
         return ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError):
         return None

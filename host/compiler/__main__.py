@@ -2,7 +2,9 @@
 into an appliance image directory and prints a summary (instructions per card, HBM map, activation plan)."""
 from __future__ import annotations
 
+import signal
 from collections import Counter
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -55,6 +57,21 @@ def summary_tables(image: ApplianceImage) -> list:
     return [cards, hbm]
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Within it SIGTERM is handled as Ctrl-C: an image being written removes its temporaries and the exit status
+    is 130."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @click.command(cls=Command, epilog="Exit status: 0 ok; 2 bad input (nothing is written); 1 an internal fault; "
                "130 interrupted.")
 @model_option
@@ -63,9 +80,11 @@ def summary_tables(image: ApplianceImage) -> list:
               help="[default: 1024, or the model's positions if fewer]")
 @click.option("--wbuf-slots", type=click.IntRange(2, None), default=DEFAULT_WBUF_SLOTS, show_default=True)
 @click.option("--out", type=click.Path(), required=True,
-              help="image folder to write: a new or empty one, or one that holds only an earlier image")
+              help="image folder to write: a new or empty one, or one that holds only an earlier image (a "
+                   "manifest.json of ringgpt's and the files it lists)")
 @click.option("--force", is_flag=True,
-              help="write into a folder that holds other files too (only the image's own files are written)")
+              help="write into a folder that holds other files too (only the image's own files are written, and "
+                   "never over a file no ringgpt manifest lists)")
 @debug_option
 def main(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, out: str,
          force: bool) -> None:
@@ -73,12 +92,19 @@ def main(model: str, config_name: str, cards: int | None, max_context: int | Non
 
     Everything is checked before the model is loaded: the options, the model's config against the architecture,
     and --out (never a file; an existing folder only if it is empty or holds only an image, unless --force)."""
+    with _sigterm_as_interrupt():
+        _compile(model, config_name, cards, max_context, wbuf_slots, out, force)
+
+
+def _compile(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, out: str,
+             force: bool) -> None:
+    """main's work: the checks, then the compile, the image written and its summary printed."""
     from ringgpt.host.compiler.dims import preflight
     from ringgpt.host.image import check_output_dir
     from ringgpt.host.reference.spec import source_fields
 
     config = arch_config(config_name, cards)
-    check_output_dir(out, force=force)
+    check_output_dir(out, force=force, cards=config.cards)
     fields = source_fields(model)
     if max_context is not None and max_context > fields["n_positions"]:
         raise click.BadParameter(f"{max_context} exceeds the model's {fields['n_positions']} positions",
