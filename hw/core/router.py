@@ -286,7 +286,9 @@ class Router(RouterTiming, wiring.Component):
                     with m.Else():
                         post({"kind": Opcode.ALLGATHER, "origin": me, "rows": rows, "n": n, "k": k}, src1, s1,
                              send=ring > 1, copy=~in_place, copy_row=own_dst)
-                with m.Elif((forwarded < forwards) & (forwarded < received) & ~tx_busy):
+                # a received slice is forwarded from ABUF: only once its last beat's write has landed (it may still
+                # wait in the write register, refused; `received` counts the block when that beat is taken)
+                with m.Elif((forwarded < forwards) & (forwarded < received) & ~tx_busy & ~stuck):
                     m.d.sync += forwarded.eq(forwarded + 1)
                     post({"kind": Opcode.ALLGATHER, "origin": slot.origin, "rows": rows, "n": slot.n, "k": slot.k},
                          dst + slot.k, sd, send=1)

@@ -390,6 +390,39 @@ async def full_rate(dut):
     assert not wrong, "\n".join(wrong)
 
 
+@cocotb.test(skip=ON_RING)
+async def forward_after_a_refused_write(dut):
+    """A slice the router forwards is read back from ABUF only once its last beat's write has landed: ALLGATHERs on 3
+    cards (card 0 under test, the slice it forwards one beat), with ABUF's one unit write taken by `contend_write`
+    for 6 cycles from each of 20 offsets after the issue (the router's write refused meanwhile). Before the fix the
+    router read the slice back while its beat still waited in the write register and sent the old words (tb_router
+    at u280 width found it: tests/test_rtl_u280_units.py)."""
+    tb = RouterTB(dut, pause=0.0)
+    tb.issue_probability = 1.0
+    await tb.start()
+    rng = np.random.default_rng(43)
+    P = tb.P
+
+    async def hold(delay: int, length: int):
+        while not dut.issue__valid.value:
+            await FallingEdge(dut.clk)
+        for _ in range(delay):
+            await FallingEdge(dut.clk)
+        dut.contend_write__addr.value = 0
+        dut.contend_write__en.value = 1
+        for _ in range(length):
+            await FallingEdge(dut.clk)
+        dut.contend_write__en.value = 0
+
+    for delay in range(20):
+        program = gather_program(rng, tb.cfg, 3, slices=[(P, 0), (P - 1, P), (2, 2 * P - 1)], rows=1, in_place=True,
+                                 relative=False)
+        holding = cocotb.start_soon(hold(delay, 6))
+        await tb.run_case(f"unit write held from {delay} cycles after the issue", program, 0,
+                          [tb.state(rng)[Space.ABUF] for _ in program])
+        await holding
+
+
 # --- routers on a ring ---------------------------------------------------------------------------------
 
 def ring_states(rng, cfg, count: int) -> list:
