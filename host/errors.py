@@ -8,7 +8,7 @@ exits with its `exit_code` (2 for bad input, 1 for a failed device run or an int
     ├── IllegalInstructionError                       ringgpt.hw.isa
     ├── ImageError                                    ringgpt.host.image
     ├── OutputError                                   here (a file or folder ringgpt refuses to write)
-    ├── DeviceError (exit 1) and the simulator's      ringgpt.host.device, ringgpt.sim.functional.errors
+    ├── DeviceError (exit 1), the faults of any run   ringgpt.host.device (a back end's own errors: in the back end)
     ├── CompileError, CapacityError, PlanError (1)    ringgpt.host.compiler
     ├── ApplianceError, CheckError                    ringgpt.host.runtime, ringgpt.host.check
     └── the reference path's errors below

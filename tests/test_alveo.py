@@ -28,7 +28,8 @@ from ringgpt.host import cli
 from ringgpt.host.alveo import (AlveoDevice, AlveoUnavailableError, PynqPlatform, RunTimeoutError, check_boards,
                                 check_manifest)
 from ringgpt.host.compiler import compile_model
-from ringgpt.host.device import open_device
+from ringgpt.host.device import (AddressFault, CollectiveMismatchError, HostAccessError, IllegalInstructionFault,
+                                 NotLoadedError, SimulatorError, open_device)
 from ringgpt.host.image import ApplianceImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
@@ -45,8 +46,6 @@ from ringgpt.sim.cocotb_support.bench import CLOCK_PERIOD_NS
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
 from ringgpt.sim.cocotb_support.runner import ROOT
 from ringgpt.sim.functional import SimulatorDevice
-from ringgpt.sim.functional.errors import (AddressFault, CollectiveMismatchError, HostAccessError,
-                                           IllegalInstructionFault, NotLoadedError, SimulatorError)
 from ringgpt.sim.functional.machine import Card, run_ring
 
 from device_checks import assert_generates_like_the_simulator, program_image

@@ -6,13 +6,13 @@ import gc
 import numpy as np
 import pytest
 
-from ringgpt.host.device import DeviceError
+from ringgpt.host.device import (AddressFault, AlignmentFault, CollectiveMismatchError, DeviceError, HostAccessError,
+                                 IllegalInstructionFault, NotLoadedError, RingDeadlockError)
 from ringgpt.host.image import ApplianceImage, CardImage, ImageError
 from ringgpt.hw import numerics as nm
 from ringgpt.hw.config import ConfigMismatchError, get_config
 from ringgpt.hw.isa import Opcode, Program, Space, assemble
-from ringgpt.sim.functional import (AddressFault, AlignmentFault, CollectiveMismatchError, HostAccessError, IllegalInstructionFault,
-                                    NotLoadedError, RingDeadlockError, SimulatorDevice, StepLimitError)
+from ringgpt.sim.functional import SimulatorDevice, StepLimitError
 
 CFG = get_config("sim-small")  # mac_width 8, vector_width 8
 HBM_WORDS = 4096
@@ -495,11 +495,12 @@ def test_host_side_misuse():
     assert isinstance(HostAccessError("x"), DeviceError)
 
 
-def test_bench_runs_a_compiled_model(capsys):
-    """The speed benchmark end to end on a tiny compiled GPT-2 (prompt run, then decode runs)."""
+def test_bench_runs_a_compiled_model(capsys, load_script):
+    """The speed benchmark (scripts/bench_simulator.py) end to end on a tiny compiled GPT-2 (prompt run, then
+    decode runs)."""
     import json
 
-    from ringgpt.sim.functional import bench
+    bench = load_script("bench_simulator")
     bench.main(["--model", "synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=300,n_positions=64",
                 "--config", "sim-small", "--cards", "2", "--prompt", "3", "--tokens", "2", "--max-context", "16"])
     result = json.loads(capsys.readouterr().out)

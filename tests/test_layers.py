@@ -10,7 +10,8 @@ from test_reference_support import TINY
 
 from ringgpt.host import check, cli, device
 from ringgpt.host.compiler import compile_model
-from ringgpt.host.device import Device, ProgramsUnsupportedError
+from ringgpt.host.device import (AddressFault, CollectiveMismatchError, Device, IllegalInstructionFault, NotLoadedError,
+                                 ProgramsUnsupportedError)
 from ringgpt.host.image import ImageError
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.runtime import Appliance
@@ -21,7 +22,6 @@ from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Opcode, Space
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
 from ringgpt.sim.functional import SimulatorDevice
-from ringgpt.sim.functional.errors import AddressFault, CollectiveMismatchError, IllegalInstructionFault, NotLoadedError
 
 CASES = {  # name: (model spec, cards)
     "1 card": ("synthetic:n_layer=2,n_embd=32,n_head=2,vocab_size=64", 1),

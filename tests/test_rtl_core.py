@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from ringgpt.host.compiler import compile_model
+from ringgpt.host.device import AddressFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Program, Space
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
 from ringgpt.sim.functional import SimulatorDevice
-from ringgpt.sim.functional.errors import AddressFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.sim.rtl.device import RtlDevice
 
 from device_checks import assert_generates_like_the_simulator, program_image

@@ -12,8 +12,8 @@ The driver speaks only registers (hw/kernel/registers.py) and buffers. Its seque
   run      refuse when a card is not idle; write pos and rows on every card, then ap_start on every card; poll
            each card's control register for ap_done, sleeping a little between polls on the platform's clock,
            until every card is done, one has stopped on an error, or the timeout has passed; read error,
-           error_pc, pc, cycles and the busy counters; raise the functional simulator's DeviceError subclass
-           for an error (card, pc, instruction), RunTimeoutError naming the cards still running and their pc;
+           error_pc, pc, cycles and the busy counters; raise the DeviceError subclass every back end raises for
+           an error (core_fault: card, pc, instruction), RunTimeoutError naming the cards still running and their pc;
   host I/O write_host / read_host: the host buffer's bytes, synced to or from the card for that range only.
 `load_programs` rewrites the program buffers (a larger program gets a new buffer and pointer); HBM, ABUF, WBUF
 and the host buffers stay as they are (layer dispatch, host/runtime/layers.py).
@@ -36,19 +36,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats
+from ringgpt.host.device import (Device, DeviceError, DeviceStatus, HostAccessError, RingDeadlockError, RunStats,
+                                 as_words, check_card, check_host_range, check_loaded, check_run, checked_cards,
+                                 checked_programs, core_fault)
 from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig, ConfigMismatchError
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.isa import INSTRUCTION_BYTES, REG_MASK, format_instruction
+from ringgpt.hw.isa import INSTRUCTION_BYTES, format_instruction
 from ringgpt.hw.kernel import registers
 from ringgpt.hw.kernel.kernel import KERNEL_MODULE
 from ringgpt.hw.kernel.vitis import DEFAULT_PLATFORM, PLATFORMS
 from ringgpt.hw.kernel.registers import AP_DONE, AP_IDLE, AP_START, CONTROL, DATA_BITS, hbm_port
-from ringgpt.sim.functional.device import as_words, checked_cards, checked_programs
-from ringgpt.sim.functional.errors import HostAccessError, NotLoadedError, RingDeadlockError
-from ringgpt.sim.rtl.device import fault
 
 from .platform import AlveoUnavailableError, Buffer, KernelCard, Platform, PynqPlatform, boards, build_command
 
@@ -259,8 +258,7 @@ class AlveoDevice(Device):
     @_on_platform("loading the programs")
     def load_programs(self, programs) -> None:
         """Rewrites every card's program buffer (programs checked as load checks them); memories stay."""
-        if not self._cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
+        check_loaded(bool(self._cards))
         decoded = checked_programs(programs, self.config)
         self._require_idle()
         for card, program in zip(self._cards, decoded):
@@ -268,14 +266,8 @@ class AlveoDevice(Device):
             card.write_argument(self._registers["program"], card.buffers["program"].device_address)
 
     def _host(self, card: int, offset: int, count: int) -> tuple[Buffer, int, int]:
-        if not self._cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
-        if not (isinstance(card, (int, np.integer)) and 0 <= card < len(self._cards)):
-            raise HostAccessError(f"card {card!r} does not exist; cards are 0..{len(self._cards) - 1}")
-        size = self._cards[card].host_words
-        if not (offset >= 0 and count >= 0 and offset + count <= size):
-            raise HostAccessError(f"card {card}: host buffer words [{offset}, {offset + count}) lie "
-                                  f"outside its {size} words")
+        check_card(card, len(self._cards))
+        check_host_range(card, offset, count, self._cards[card].host_words)
         return self._cards[card].buffers["host"], 2 * int(offset), 2 * int(count)
 
     @_on_platform("writing a host buffer")
@@ -296,12 +288,9 @@ class AlveoDevice(Device):
     def run(self, pos: int, rows: int) -> RunStats:
         """Starts every card with R1 = pos, R2 = rows and waits until all are done; RunStats.cycles is the
         kernels' own count (the slowest card's)."""
-        for name, value in (("pos", pos), ("rows", rows)):
-            if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
-                raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
+        check_run(pos, rows)
         with platform_errors(f"running on {self.description}"):
-            if not self._cards:
-                raise NotLoadedError("no appliance image is loaded; call load() first")
+            check_loaded(bool(self._cards))
             self._require_idle()
             for card in self._cards:
                 card.write_argument(self._registers["pos"], int(pos))
@@ -350,7 +339,7 @@ class AlveoDevice(Device):
         except ValueError:
             return DeviceError(f"card {card} pc {pc} ({self._describe(card, pc)}): the kernel reports error code "
                                f"{code}, which this driver does not know; is the bitstream of this checkout?")
-        return fault(card, pc, name, self._cards[card].program, cycles)
+        return core_fault(card, pc, name, self._cards[card].program, cycles)
 
     def _fail(self, exc: DeviceError):
         self._last_error = str(exc)

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ringgpt.host.compiler.layout import align_up
-from ringgpt.host.device import Device
+from ringgpt.host.device import Device, RingError, SimulatorError
 from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
 from ringgpt.hw.isa import HOST_ROWS_REG, OPCODES, Dim, Instruction, Opcode, Operand, Program, Space, decode
-from ringgpt.sim.functional.errors import RingError, SimulatorError
 
 REGISTER_WRITERS = frozenset(op for op, spec in OPCODES.items() if "rd" in spec.control)
 """The opcodes that write a register (SETI, ADDI, MULI, ADD): a segment's prelude is made of them."""

@@ -7,106 +7,19 @@ import gc
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
-from ringgpt.host.device import Device, DeviceError, DeviceStatus, RunStats, WatchCallback
-from ringgpt.host.image import ApplianceImage, ImageError
+from ringgpt.host.device import (Device, DeviceError, DeviceStatus, HostAccessError, RunStats, WatchCallback, as_words,
+                                 check_card, check_host_range, check_loaded, check_run, checked_cards, checked_programs)
+from ringgpt.host.image import ApplianceImage
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import REG_MASK, IllegalInstructionError, Instruction, Opcode, Program, Space, decode, validate
-from ringgpt.hw.resolved import Decoded
+from ringgpt.hw.isa import Space
 from ringgpt.sim.cycle_model import CycleReport, schedule
-from ringgpt.sim.functional.errors import HostAccessError, IllegalInstructionFault, NotLoadedError
 from ringgpt.sim.functional.machine import Card, run_ring
 
 DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
-
-
-def as_words(values, error: type, what: str) -> np.ndarray:
-    """FP16 words from FP16 values, or from integers taken as uint16 bit patterns."""
-    array = np.asarray(values).ravel()
-    if array.dtype == np.float16:
-        return array
-    if array.dtype.kind in "iu" and (array.size == 0 or (array.min() >= 0 and array.max() <= 0xFFFF)):
-        return array.astype(np.uint16).view(np.float16)
-    raise error(f"{what} must be FP16 values or integers 0..65535 (uint16 bit patterns), "
-                f"got {array.dtype} values" + (" out of range" if array.dtype.kind in "iu" else ""))
-
-
-def decode_program(index: int, program: Program, cfg: ArchConfig) -> list:
-    """The card's program pre-decoded; raw 512-bit words are decoded here, Instructions validated."""
-    cfg.check_artifact(f"card {index}'s program", program.config_name, program.config_hash)
-    if (program.card, program.cards) != (index, cfg.cards):
-        raise ImageError(f"card {index}'s slot holds the program built for card {program.card} of "
-                         f"{program.cards}; expected card {index} of {cfg.cards}")
-    decoded = []
-    for pc, item in enumerate(program.instructions):
-        try:
-            if isinstance(item, Instruction):
-                validate(item)
-                decoded.append(Decoded(item))
-            elif isinstance(item, int):
-                decoded.append(Decoded(decode(item)))
-            else:
-                raise IllegalInstructionError(f"not an instruction or a 512-bit word: {type(item).__name__}")
-        except IllegalInstructionError as exc:
-            text = f"0x{item:x}" if isinstance(item, int) else repr(item)[:80]
-            raise IllegalInstructionFault(index, pc, text, str(exc)) from None
-    if not any(d.op is Opcode.HALT for d in decoded):
-        raise IllegalInstructionFault(index, len(decoded), "past the last instruction",
-                                      "the program has no HALT, so the card would run off its end")
-    return decoded
-
-
-def checked_programs(programs, cfg: ArchConfig) -> list[list]:
-    """Every card's program decoded (decode_program), one Program per card of `cfg` in card order; raises
-    ImageError for another count or something that is not a Program, IllegalInstructionFault naming the card
-    and pc of a malformed instruction. Device.load_programs checks through it."""
-    programs = list(programs)
-    if len(programs) != cfg.cards:
-        raise ImageError(f"load_programs got {len(programs)} programs but config {cfg.name!r} has {cfg.cards} cards")
-    for index, program in enumerate(programs):
-        if not isinstance(program, Program):
-            raise ImageError(f"card {index}'s program is a {type(program).__name__}, not a ringgpt.hw.isa.Program")
-    return [decode_program(index, program, cfg) for index, program in enumerate(programs)]
-
-
-@dataclass
-class CheckedCard:
-    """One card of an image, checked against the config: its program decoded, its HBM segments as FP16
-    words inside its memory map."""
-    index: int
-    program: list
-    hbm_segments: list
-    hbm_words: int
-    host_words: int
-
-
-def checked_cards(image: ApplianceImage | str | os.PathLike, cfg: ArchConfig) -> list[CheckedCard]:
-    """The image's cards checked for `cfg` (config hash, card count, programs, HBM map and segments);
-    raises ImageError or IllegalInstructionFault naming what is wrong. Every back end loads through it."""
-    if isinstance(image, (str, os.PathLike)):
-        image = ApplianceImage.load(image)
-    cfg.check_artifact("appliance image", image.config.name, image.config.hash)
-    if len(image.cards) != cfg.cards:
-        raise ImageError(f"the image has {len(image.cards)} cards but config {cfg.name!r} has {cfg.cards}")
-    cards = []
-    for index, card_image in enumerate(image.cards):
-        program = decode_program(index, card_image.program, cfg)
-        if not 0 <= card_image.hbm_words <= cfg.hbm_words:
-            raise ImageError(f"card {index}: HBM memory map of {card_image.hbm_words} words does not fit "
-                             f"the card's {cfg.hbm_words} words")
-        segments = []
-        for address, segment in card_image.hbm_segments:
-            words = as_words(segment, ImageError, f"card {index} HBM segment at {address}")
-            if not 0 <= address <= address + words.size <= card_image.hbm_words:
-                raise ImageError(f"card {index}: HBM segment [{address}, {address + words.size}) lies "
-                                 f"outside the memory map of {card_image.hbm_words} words")
-            segments.append((address, words))
-        cards.append(CheckedCard(index, program, segments, card_image.hbm_words, card_image.host_words))
-    return cards
 
 
 class SimulatorDevice(Device):
@@ -153,23 +66,16 @@ class SimulatorDevice(Device):
 
     def load_programs(self, programs) -> None:
         """Replaces every card's program (one Program per card, checked as load checks them); memories stay."""
-        if not self.cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
+        check_loaded(bool(self.cards))
         for card, program in zip(self.cards, checked_programs(programs, self.config)):
             card.program = program
 
     def _card(self, card: int) -> Card:
-        if not self.cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
-        if not (isinstance(card, (int, np.integer)) and 0 <= card < len(self.cards)):
-            raise HostAccessError(f"card {card!r} does not exist; cards are 0..{len(self.cards) - 1}")
+        check_card(card, len(self.cards))
         return self.cards[card]
 
     def _host_range(self, card: Card, offset: int, count: int) -> slice:
-        size = card.mem[Space.HOST].size
-        if not (offset >= 0 and count >= 0 and offset + count <= size):
-            raise HostAccessError(f"card {card.index}: host buffer words [{offset}, {offset + count}) lie "
-                                  f"outside its {size} words")
+        check_host_range(card.index, offset, count, card.mem[Space.HOST].size)
         return slice(offset, offset + count)
 
     def write_host(self, card: int, offset: int, words) -> None:
@@ -206,11 +112,8 @@ class SimulatorDevice(Device):
         return self._run(pos, rows, watch)
 
     def _run(self, pos: int, rows: int, watch) -> RunStats:
-        if not self.cards:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
-        for name, value in (("pos", pos), ("rows", rows)):
-            if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
-                raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
+        check_loaded(bool(self.cards))
+        check_run(pos, rows)
         started = time.perf_counter()
         for card in self.cards:
             card.start(int(pos), int(rows))

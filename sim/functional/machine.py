@@ -13,12 +13,12 @@ from collections import deque
 
 import numpy as np
 
+from ringgpt.host.device import AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
-from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError,
-                                           StepLimitError)
+from ringgpt.sim.functional.errors import StepLimitError
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}

@@ -5,8 +5,8 @@ by a cocotbext-axi `AxiRam`) runs as a cocotb test in a simulator process (`sim/
 serves commands over a local socket: load the image's programs and HBM contents into the memories,
 replace the programs (layer dispatch), write and read host buffers, run every core from a token position
 until all halt. The process is built once per (design, simulator) in `sim_build/` and kept alive between
-runs, so ABUF and WBUF persist from run to run as on a board. Errors come back as the functional
-simulator's DeviceError subclasses, naming the card, the pc and the instruction.
+runs, so ABUF and WBUF persist from run to run as on a board. Errors come back as the DeviceError subclasses
+that every back end raises (host/device.py: core_fault), naming the card, the pc and the instruction.
 """
 from __future__ import annotations
 
@@ -15,14 +15,12 @@ import time
 
 import numpy as np
 
-from ringgpt.host.device import Device, DeviceStatus, RunStats
+from ringgpt.host.device import (Device, DeviceStatus, HostAccessError, RingDeadlockError, RunStats, as_words,
+                                 check_card, check_host_range, check_loaded, check_run, checked_cards, checked_programs,
+                                 core_fault)
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import REG_MASK, format_instruction
+from ringgpt.hw.isa import format_instruction
 from ringgpt.sim.cocotb_support import runner
-from ringgpt.sim.functional.device import as_words, checked_cards, checked_programs
-from ringgpt.sim.functional.errors import (AddressFault, AlignmentFault, CollectiveMismatchError, HostAccessError,
-                                           IllegalInstructionFault, NotLoadedError, RingDeadlockError,
-                                           SimulatorError)
 
 from .process import RtlError, SimulationProcess
 
@@ -34,20 +32,6 @@ def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
     """The simulated top for `config`: one core per card on a ring (ring links pausing at random)."""
     return runner.Design.of("ringgpt.sim.rtl.top:RingTop", config=json.dumps(config.to_dict(), sort_keys=True),
                             pause_links=pause_links)
-
-
-def fault(card: int, pc: int, code: str, program: list, cycles: int) -> SimulatorError:
-    """The DeviceError for a core that stopped with ErrorCode `code` at `pc`."""
-    text = format_instruction(program[pc].inst) if 0 <= pc < len(program) else "past the last instruction"
-    problem = f"the core stopped with error {code} after {cycles} cycles"
-    if code == "ILLEGAL":
-        return IllegalInstructionFault(card, pc, text, problem)
-    if code == "RING":
-        return CollectiveMismatchError(problem, [(card, pc, text, "stopped")])
-    if code == "MISALIGNED":
-        return AlignmentFault(card, pc, text, problem)
-    return AddressFault(card, pc, text, problem) if code in ("OUT_OF_RANGE", "BUS") else SimulatorError(
-        card, pc, text, problem)
 
 
 class RtlDevice(Device):
@@ -75,8 +59,7 @@ class RtlDevice(Device):
                                           {"pause": self.pause}, "rtl-device", "the rtl backend")
 
     def _call(self, *command):
-        if self._process is None:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
+        check_loaded(self._process is not None)
         return self._process.call(*command)
 
     # --- Device ---------------------------------------------------------------------------------------
@@ -95,21 +78,14 @@ class RtlDevice(Device):
     def load_programs(self, programs) -> None:
         """Writes every card's new program (checked as load checks them) over the old one in its program memory;
         HBM, ABUF, WBUF and the host buffers stay as they are."""
-        if not self._programs:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
+        check_loaded(bool(self._programs))
         decoded = checked_programs(programs, self.config)
         self._call("load_programs", [[d.inst.encode() for d in program] for program in decoded])
         self._programs = decoded
 
     def _host_range(self, card: int, offset: int, count: int) -> None:
-        if not self._programs:
-            raise NotLoadedError("no appliance image is loaded; call load() first")
-        if not (isinstance(card, (int, np.integer)) and 0 <= card < len(self._programs)):
-            raise HostAccessError(f"card {card!r} does not exist; cards are 0..{len(self._programs) - 1}")
-        size = self._host_words[card]
-        if not (offset >= 0 and count >= 0 and offset + count <= size):
-            raise HostAccessError(f"card {card}: host buffer words [{offset}, {offset + count}) lie "
-                                  f"outside its {size} words")
+        check_card(card, len(self._programs))
+        check_host_range(card, offset, count, self._host_words[card])
 
     def write_host(self, card: int, offset: int, words) -> None:
         words = as_words(words, HostAccessError, "host buffer words")
@@ -122,17 +98,15 @@ class RtlDevice(Device):
 
     def run(self, pos: int, rows: int) -> RunStats:
         """Runs every core with R1 = pos, R2 = rows until all halt; RunStats.cycles is the RTL's own count."""
-        for name, value in (("pos", pos), ("rows", rows)):
-            if not (isinstance(value, (int, np.integer)) and 0 <= value <= REG_MASK):
-                raise ValueError(f"{name} must be an integer in 0..{REG_MASK}, got {value!r}")
+        check_run(pos, rows)
         started = time.perf_counter()
         result = self._call("run", int(pos), int(rows), self.cycle_limit)
         self.last_counters = result["cards"]
         stopped = [c for c in result["cards"] if c["error"] != "NONE"]
         if stopped:
             first = stopped[0]
-            exc = fault(first["card"], first["error_pc"], first["error"], self._programs[first["card"]],
-                        result["cycles"])
+            exc = core_fault(first["card"], first["error_pc"], first["error"], self._programs[first["card"]],
+                             result["cycles"])
             self._last_error = str(exc)
             raise exc
         if not result["halted"]:

@@ -1,7 +1,8 @@
+#!/usr/bin/env python3
 """Simulation-speed benchmark: a GPT-2 model compiled by ringgpt.host.compiler, run on SimulatorDevice
 (one prompt run, then one run per decoded token).
 
-    python -m ringgpt.sim.functional.bench --model synthetic:gpt2-124m --config u280 --cards 4 --tokens 8
+    python scripts/bench_simulator.py --model synthetic:gpt2-124m --config u280 --cards 4 --tokens 8
 
 Prints the decode speed (simulated tokens per second, by wall clock and by this process's CPU time)
 and the cycle model's summary of the last decode run. Token ids are fixed: the point is the work,
@@ -14,17 +15,16 @@ import time
 
 import numpy as np
 
+from ringgpt.host.compiler import compile_model
+from ringgpt.host.reference.models import load_model
 from ringgpt.hw.config import get_config
-from ringgpt.sim.functional.device import SimulatorDevice
+from ringgpt.sim.functional import SimulatorDevice
 
 TOKEN = 464
 """The id fed at every position ("The")."""
 
 
 def main(argv=None) -> None:
-    from ringgpt.host.compiler import compile_model
-    from ringgpt.host.reference.models import load_model
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="synthetic:gpt2-124m")
     parser.add_argument("--config", default="u280")
