@@ -1,24 +1,10 @@
 #!/usr/bin/env python3
 """Resource estimates of the arithmetic units and the core's units for Xilinx UltraScale+ (the U280's family).
 
-Each unit is converted to RTLIL by Amaranth and synthesised out of context by Yosys
-(`synth_xilinx -family xcup -flatten -noiopad -noclkbuf`, the YoWASP build, since Amaranth's
-builtin Yosys has no Xilinx flow). Prints a table and writes JSON (default out/resource_estimates.json).
-Widths come from the `u280` architecture preset. Run: python scripts/resource_estimates.py [--only NAME ...]
-
-`--core` estimates the core's units at the u280 preset against the U280's limits (writes
-out/core_estimates.json): the on-chip DMA is synthesised whole; the matrix and vector units are composed
-from their parts (a whole u280 unit is hours of Yosys: one 64-wide MAC tree alone takes about five
-minutes), each part synthesised at its u280 width and counted as many times as the unit instantiates it,
-plus the control and glue measured as (whole unit - its parts) at the sim-small preset; the buffers are
-counted, not synthesised (`buffer_estimate`): each read port outside a group that shares one port per memory
-is a full copy of the buffer's memories (buffer_banks memories of buffer_chunk_words-word rows), mapped to
-URAM288 (4K x 72) or RAMB36 (512 x 72), and their port logic is composed per requester of the shared groups
-from the buffers' own selects and shifts, each synthesised on its own at u280 width (`port_parts`, `port_logic`).
-The router, the fetch unit and the controller's scoreboard are synthesised whole at the target's widths, the rest of
-the controller (whole less its scoreboard) at sim-small.
-`--check-buffers PRESET` synthesises a preset's whole buffers beside that composition.
-The estimates themselves are hw/resource_estimates.py; this is their command line.
+The command line of hw/resource_estimates.py (what is synthesised, what is composed and why: its docstring).
+Prints a table and writes JSON: `python scripts/resource_estimates.py [--only NAME ...]` (out/resource_estimates.json,
+the arithmetic units at the u280 preset's widths), `--core [--reuse]` (out/core_estimates.json, the core's units
+against the U280's limits), `--check-buffers PRESET` (a preset's whole buffers beside their composition).
 """
 from __future__ import annotations
 
