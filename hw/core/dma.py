@@ -27,7 +27,7 @@ from ringgpt.hw.banks import place
 from ringgpt.hw.intmath import log2
 from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.isa import Opcode, Space, Unit, opcodes_of
 
 from .axi import AXI_ADDRESS_BITS, Axi4
 from .buffers import one_hot_index, select, urgent_first
@@ -72,7 +72,7 @@ class DMAUnit(DMATiming, wiring.Component):
     and transposed copies of more than vector_width rows, write non-overlapping destination rows.
     """
 
-    opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.DMA)
+    opcodes = opcodes_of(Unit.DMA)
 
     def __init__(self, cfg: ArchConfig):
         if cfg.vector_width < 2:

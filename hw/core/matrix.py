@@ -39,7 +39,7 @@ from ringgpt.hw.arith.max_tree import MaxTreeCore, order_key
 from ringgpt.hw.arith.special import SpecialFunctionCore
 from ringgpt.hw.arith.to_fp16 import ToFP16Core
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.isa import Opcode, Space, Unit, opcodes_of
 
 from .timing import READ_LATENCY, MatrixTiming
 from .interfaces import (ADDRESS_BITS, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort,
@@ -78,7 +78,7 @@ class MatrixUnit(MatrixTiming, wiring.Component):
     `buffer_ports` (name -> (space, signature)).
     """
 
-    opcodes = tuple(op for op, spec in OPCODES.items() if spec.unit is Unit.MATRIX)
+    opcodes = opcodes_of(Unit.MATRIX)
 
     def __init__(self, cfg: ArchConfig):
         if cfg.mac_width < 2:
