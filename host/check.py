@@ -532,4 +532,7 @@ def report_dict(report: CheckReport) -> dict:
 
 
 def write_json(report: CheckReport, path) -> None:
-    Path(path).write_text(json.dumps(report_dict(report), indent=1))
+    """Writes the report as JSON with cli_support.CHECK_REPORT_MARK (what lets a later `check --json` replace it)."""
+    from ringgpt.host.cli_support import CHECK_REPORT_MARK
+
+    Path(path).write_text(json.dumps({**CHECK_REPORT_MARK, **report_dict(report)}, indent=1))
