@@ -21,8 +21,9 @@ import numpy as np
 from ringgpt.host.image import ApplianceImage, ImageError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.isa import (REG_MASK, IllegalInstructionError, Instruction, Opcode, Program, Space, decode,
-                            format_instruction, validate)
+from ringgpt.hw.isa import REG_MASK, IllegalInstructionError, Instruction, Opcode, Space, decode, validate
+from ringgpt.hw.assembly import format_instruction
+from ringgpt.hw.program import Program
 from ringgpt.hw.resolved import Decoded
 
 MemoryReader = Callable[[Space, int, int], np.ndarray]
@@ -156,7 +157,7 @@ def checked_programs(programs, cfg: ArchConfig) -> list[list]:
         raise ImageError(f"load_programs got {len(programs)} programs but config {cfg.name!r} has {cfg.cards} cards")
     for index, program in enumerate(programs):
         if not isinstance(program, Program):
-            raise ImageError(f"card {index}'s program is a {type(program).__name__}, not a ringgpt.hw.isa.Program")
+            raise ImageError(f"card {index}'s program is a {type(program).__name__}, not a ringgpt.hw.program.Program")
     return [decode_program(index, program, cfg) for index, program in enumerate(programs)]
 
 

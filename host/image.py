@@ -1,7 +1,7 @@
 """The appliance image: what the compiler builds and a device loads — one program per card, the
 initial contents of each card's HBM (weights, embeddings, constants), and the host-side layout
 (where token ids go, where each card's logits come back). Saved as a directory:
-`manifest.json`, `card<N>.prog` (binary programs, see ringgpt.hw.isa.Program) and
+`manifest.json`, `card<N>.prog` (binary programs, see ringgpt.hw.program.Program) and
 `card<N>.hbm.safetensors` (HBM segments). The manifest proves the image: it lists every card file with its size
 and sha256, every card's HBM segments (address, words), and its own digest; `load` checks all of them.
 
@@ -33,7 +33,8 @@ import numpy as np
 
 from ringgpt.host.errors import OutputError, RingGPTError
 from ringgpt.hw.config import ArchConfig, ConfigError
-from ringgpt.hw.isa import IllegalInstructionError, Program
+from ringgpt.hw.isa import IllegalInstructionError
+from ringgpt.hw.program import Program
 
 IMAGE_FORMAT = "ringgpt-image/2"
 EARLIER_FORMATS = ("ringgpt-image/1",)

@@ -450,17 +450,3 @@ def _check_ranges(inst: Instruction) -> None:
         lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed_ else (0, (1 << width) - 1)
         if not lo <= value <= hi:
             raise IllegalInstructionError(f"{inst.opcode.name}: field '{path}' = {value} does not fit in {width} bits")
-
-
-_MOVED = {**dict.fromkeys(("assemble", "disassemble", "format_instruction", "parse_instruction", "required_fields"),
-                          "ringgpt.hw.assembly"),
-          **dict.fromkeys(("PROGRAM_MAGIC", "Program"), "ringgpt.hw.program"), "docs_markdown": "ringgpt.hw.isa_doc"}
-"""Names that moved out of this module -> their module, still found here (`__getattr__`) for the importers not yet
-changed."""
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

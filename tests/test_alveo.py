@@ -37,7 +37,8 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import ConfigMismatchError, get_config
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.isa import INSTRUCTION_BYTES, Dim, Instruction, Opcode, Operand, Program, Space, decode
+from ringgpt.hw.isa import INSTRUCTION_BYTES, Dim, Instruction, Opcode, Operand, Space, decode
+from ringgpt.hw.program import Program
 from ringgpt.hw.kernel import registers
 from ringgpt.hw.kernel.registers import AP_DONE, AP_IDLE, AP_START, CONTROL
 from ringgpt.hw.kernel.vitis import DEFAULT_PLATFORM

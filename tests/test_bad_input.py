@@ -27,9 +27,12 @@ from ringgpt.host.cli_support import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USER_ERR
 from ringgpt.host.device import DeviceError
 from ringgpt.host.image import ApplianceImage, CardImage, ImageError, OutputError, clean_stale_temporaries
 from ringgpt.hw import isa
+from ringgpt.hw import program
+from ringgpt.hw import assembly
 from ringgpt.hw.config import ConfigError, ConfigMismatchError, get_config
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.isa import IllegalInstructionError, Opcode, Program
+from ringgpt.hw.isa import IllegalInstructionError, Opcode
+from ringgpt.hw.program import Program
 
 TINY = "synthetic:n_layer=1,n_embd=64,n_head=1"
 SHORT = "synthetic:n_layer=1,n_embd=64,n_head=1,n_positions=8"
@@ -310,7 +313,7 @@ CFG1 = get_config("sim-small", 1)
 def small_image(cards: int = 1, fill: float = 1.0) -> ApplianceImage:
     """A hand-made image with a runtime host layout (no torch needed)."""
     cfg = get_config("sim-small", cards)
-    body = isa.assemble("SETI rd=r3 imm=7\nHALT")
+    body = assembly.assemble("SETI rd=r3 imm=7\nHALT")
     card_images = [CardImage(Program(body, cfg.name, cfg.hash, c, cards, {}), [(8, np.full(4, fill, np.float16))],
                              64, 16) for c in range(cards)]
     meta = {"max_rows": 4, "max_context": 16, "model": {"vocab_size": 8}, "eos_token_id": 7,
@@ -472,12 +475,12 @@ def test_a_damaged_cache_entry_is_named_moved_aside_and_rebuilt(kind, tiny_model
 # --- fuzzing: only our own errors escape -------------------------------------------------------------------------
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-VALID_TEXT = isa.disassemble([
-    isa.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=8 dst_stride=8 src1_stride=8"),
-    isa.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=r2 n=16 k=64 +gelu"),
-    isa.parse_instruction("VADD dst=ABUF[1] src1=ABUF[2] src2=IMM[0x3c00] rows=4 n=r5"),
-    isa.parse_instruction("SETI rd=r3 imm=-5"), isa.parse_instruction("HALT")])
-VALID_WORDS = [i.encode() for i in isa.assemble(VALID_TEXT)]
+VALID_TEXT = assembly.disassemble([
+    assembly.parse_instruction("LOAD dst=WBUF[64+r3] src1=HBM[0x100] rows=r2+1 n=8 dst_stride=8 src1_stride=8"),
+    assembly.parse_instruction("MATMUL dst=ABUF[0] src1=ABUF[64] src2=WBUF[0] aux=WBUF[9] rows=r2 n=16 k=64 +gelu"),
+    assembly.parse_instruction("VADD dst=ABUF[1] src1=ABUF[2] src2=IMM[0x3c00] rows=4 n=r5"),
+    assembly.parse_instruction("SETI rd=r3 imm=-5"), assembly.parse_instruction("HALT")])
+VALID_WORDS = [i.encode() for i in assembly.assemble(VALID_TEXT)]
 
 
 def _only_ours(call, *args):
@@ -511,12 +514,12 @@ TOKENS = st.sampled_from([*(o.name for o in Opcode), "dst=ABUF[0]", "src1=HBM[0x
                  st.tuples(st.integers(0, len(VALID_TEXT)), st.text(max_size=6)).map(
                      lambda t: VALID_TEXT[:t[0]] + t[1] + VALID_TEXT[t[0] + len(t[1]):])))
 def test_fuzz_assemble_raises_only_illegal_instruction(text):
-    program = _only_ours(isa.assemble, text)
+    program = _only_ours(assembly.assemble, text)
     if program:
-        assert isa.assemble(isa.disassemble(program)) == program
+        assert assembly.assemble(assembly.disassemble(program)) == program
 
 
-VALID_PROGRAM = Program(isa.assemble(VALID_TEXT), "sim-small-x2", "0123456789abcdef", 1, 2, {"k": 1}).to_bytes()
+VALID_PROGRAM = Program(assembly.assemble(VALID_TEXT), "sim-small-x2", "0123456789abcdef", 1, 2, {"k": 1}).to_bytes()
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 2 ** 70) | st.floats() | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
                     max_leaves=6)
@@ -541,13 +544,13 @@ _DELETE = object()
 @FUZZ
 @given(st.one_of(
     st.binary(max_size=200),
-    st.binary(max_size=40).map(lambda b: isa.PROGRAM_MAGIC + b),
+    st.binary(max_size=40).map(lambda b: program.PROGRAM_MAGIC + b),
     st.integers(0, len(VALID_PROGRAM)).map(lambda n: VALID_PROGRAM[:n]),
     st.tuples(st.integers(0, len(VALID_PROGRAM) - 1), st.integers(1, 255)).map(
         lambda t: VALID_PROGRAM[:t[0]] + bytes([VALID_PROGRAM[t[0]] ^ t[1]]) + VALID_PROGRAM[t[0] + 1:]),
     st.tuples(st.sampled_from(HEADER_KEYS), st.one_of(JSON, st.just(_DELETE))).map(
         lambda c: _with_header(VALID_PROGRAM, c)),
-    JSON.map(lambda h: isa.PROGRAM_MAGIC + len(json.dumps(h).encode()).to_bytes(4, "little") + json.dumps(h).encode()),
+    JSON.map(lambda h: program.PROGRAM_MAGIC + len(json.dumps(h).encode()).to_bytes(4, "little") + json.dumps(h).encode()),
     st.integers(0, 2 ** 32 - 1).map(lambda n: VALID_PROGRAM[:8] + n.to_bytes(4, "little") + VALID_PROGRAM[12:]),
 ))
 def test_fuzz_program_from_bytes_raises_only_illegal_instruction(blob):

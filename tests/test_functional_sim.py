@@ -11,7 +11,9 @@ from ringgpt.host.device import (AddressFault, AlignmentFault, CollectiveMismatc
 from ringgpt.host.image import ApplianceImage, CardImage, ImageError
 from ringgpt.hw import numerics as nm
 from ringgpt.hw.config import ConfigMismatchError, get_config
-from ringgpt.hw.isa import Opcode, Program, Space, assemble
+from ringgpt.hw.isa import Opcode, Space
+from ringgpt.hw.assembly import assemble
+from ringgpt.hw.program import Program
 from ringgpt.sim.functional import SimulatorDevice, StepLimitError
 
 CFG = get_config("sim-small")  # mac_width 8, vector_width 8

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringgpt.host.image import ApplianceImage, CardImage, ImageError, OutputError, check_output_dir
-from ringgpt.hw import isa
+from ringgpt.hw import assembly
 from ringgpt.hw.config import get_config
-from ringgpt.hw.isa import Program
+from ringgpt.hw.program import Program
 
 TESTS = str(Path(__file__).parent)
 TINY = "synthetic:n_layer=1,n_embd=64,n_head=1,vocab_size=300,n_positions=32"
@@ -37,7 +37,7 @@ OUR_TEMPORARY = re.compile(r"^\..+\.ringgpt-tmp-\d+-[0-9a-f]+$")
 def hand_image(cards: int = 1, fill: float = 1.0, words: int = 4) -> ApplianceImage:
     """A hand-made image with two HBM segments per card ([0, 4) and [8, 8 + words)) and a runtime host layout."""
     cfg = get_config("sim-small", cards)
-    body = isa.assemble("SETI rd=r3 imm=7\nHALT")
+    body = assembly.assemble("SETI rd=r3 imm=7\nHALT")
     card_images = [CardImage(Program(body, cfg.name, cfg.hash, c, cards, {}),
                              [(0, np.full(4, fill, np.float16)), (8, np.full(words, fill, np.float16))],
                              16 + words, 16) for c in range(cards)]

@@ -10,7 +10,8 @@ from ringgpt.host.device import AddressFault, CollectiveMismatchError, RingDeadl
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.hw.core.datapath import small_config
-from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Program, Space
+from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
+from ringgpt.hw.program import Program
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice

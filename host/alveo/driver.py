@@ -43,7 +43,8 @@ from ringgpt.hw import hbm
 from ringgpt.hw.config import ArchConfig, ConfigMismatchError
 from ringgpt.hw.core.interfaces import ErrorCode
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.isa import INSTRUCTION_BYTES, format_instruction
+from ringgpt.hw.isa import INSTRUCTION_BYTES
+from ringgpt.hw.assembly import format_instruction
 from ringgpt.hw.kernel import registers
 from ringgpt.hw.kernel.kernel import KERNEL_MODULE
 from ringgpt.hw.kernel.vitis import DEFAULT_PLATFORM, PLATFORMS

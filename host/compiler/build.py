@@ -20,7 +20,8 @@ from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import check_weights, weights_hash
 from ringgpt.host.reference.spec import token_id_problem
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode, Program
+from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode
+from ringgpt.hw.program import Program
 
 COMPILER_VERSION = 3
 """Recorded in the image meta; bumped when the image layout changes incompatibly."""

@@ -30,7 +30,8 @@ from ringgpt.host.compiler.layout import align_up
 from ringgpt.host.device import Device, RingError, SimulatorError
 from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
-from ringgpt.hw.isa import HOST_ROWS_REG, OPCODES, Dim, Instruction, Opcode, Operand, Program, Space, decode
+from ringgpt.hw.isa import HOST_ROWS_REG, OPCODES, Dim, Instruction, Opcode, Operand, Space, decode
+from ringgpt.hw.program import Program
 
 REGISTER_WRITERS = frozenset(op for op, spec in OPCODES.items() if "rd" in spec.control)
 """The opcodes that write a register (SETI, ADDI, MULI, ADD): a segment's prelude is made of them."""

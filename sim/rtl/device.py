@@ -19,7 +19,7 @@ from ringgpt.host.device import (Device, DeviceStatus, HostAccessError, RingDead
                                  check_card, check_host_range, check_loaded, check_run, checked_cards, checked_programs,
                                  core_fault)
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import format_instruction
+from ringgpt.hw.assembly import format_instruction
 from ringgpt.sim.cocotb_support import runner
 
 from .process import RtlError, SimulationProcess
