@@ -8,6 +8,26 @@ Buffer depths are small: a buffer's depth changes only its address widths (the r
 memories, `BankedBuffer.rows`, and the range checks' bounds), never the port logic, the chunk of 64 words, the 17
 memories or a unit's lanes; each test takes the smallest depth its testbench's random placement and fixed cases
 need (a multiple of the 64-word chunk; see each DESIGN).
+
+The RTL tests are `slow` (each build alone is minutes); the buffers' tests (Amaranth's simulator) run in the default
+suite. Measured on the 2-core machine (2026-11-28) while other jobs ran beside them (load average 4 to 7: the wall
+times are about twice the machine's alone; "user" is the CPU time of the whole run), Verilator 5.049, C++ at -O0:
+
+| test | Verilog | Verilator's C++ | build (wall) | peak memory | run (wall) |
+|---|---:|---:|---:|---:|---:|
+| vector (pass) | 18.3 MB | 123 MB, 171 files | 16 min: conversion 3, Verilator 6 (170 s CPU), C++ 7 | 1.5 GB (Verilator) | 8.8 min |
+| router (pass, after the fix below) | 1.8 MB | 19 MB, 26 files | 3.5 min | 0.5 GB | 9.1 min (3.0 of them the regression's 20 cases) |
+| DMA | 12.4 MB | 141 MB, 155 files | see the report | 1.4 GB (Verilator) | see the report |
+| matrix | not yet run | | | | |
+| buffers, 4 tests (Amaranth) | | | | 0.1 GB | 23 s + 11 s + 20 s + 56 s |
+
+The whole vector test took 26.5 min wall, 845 s user. At Verilator's default -Os the vector unit's C++ compiled
+109 of its 171 files in 10 minutes (the large `_024root` files 1 to 3 minutes each) and was stopped: about an hour
+projected, hence `CXX_OPT`.
+
+The router test found a real bug at this width, now fixed (hw/core/router.py; regression at sim-small:
+tb_router.forward_after_a_refused_write): an ALLGATHER's forwarded slice was read back from ABUF while its last beat
+still waited, refused, in the write register, and was sent with the old words.
 """
 import pytest
 
@@ -81,7 +101,7 @@ def test_u280_banked_buffer_matches_a_word_array():
     from ringgpt.hw.core.buffers import BankedBuffer
     _, chunk, banks = _u280_geometry()
     reads, writes = {"r_wide": chunk, "r_odd": 37, "r_one": 1}, {"w_wide": chunk, "w_odd": 41, "w_one": 1}
-    words, cycles = 40 * chunk, 250
+    words, cycles = 40 * chunk, 160
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads=reads, writes=writes)
     rng = np.random.default_rng(17)
     model = np.zeros(words, dtype=np.int64)
@@ -95,7 +115,7 @@ def test_u280_banked_buffer_matches_a_word_array():
             landed = {}
             for name, width in writes.items():
                 port = getattr(buf, name)
-                en = cycle > 45 and rng.random() < 0.7 or cycle <= 45      # fill first, then mix
+                en = cycle <= 45 or rng.random() < 0.7     # fill first, then mix
                 addr = _address(rng, words, width, chunk) if cycle > 45 else cycle * chunk % words
                 mask = _bits(rng, width) if rng.random() < 0.5 and cycle > 45 else (1 << width) - 1
                 values = [int(v) for v in rng.integers(0, 1 << 16, width)]
@@ -210,7 +230,7 @@ def test_u280_shared_ports_grant_in_priority_order():
     _, chunk, banks = _u280_geometry()
     shared_reads, row_writes = {"s_wide": chunk, "s_odd": 37, "s_beat": 32}, {"w_first": 2, "w_second": 1, "w_third": 2}
     shared_writes = {"sw_wide": chunk, "sw_odd": 37}
-    words, cycles = 3 * banks * chunk, 200
+    words, cycles = 3 * banks * chunk, 150
     chunks = words // chunk
     held = -(-chunks // banks)
     lanes = [f"bank_write{b}" for b in range(banks)]
@@ -317,7 +337,7 @@ def test_u280_shared_ports_grant_in_priority_order():
     _simulate(buf, testbench)
     assert not wrong, wrong[:3]
     for kind, (refused, granted) in grants.items():     # both outcomes happened often
-        assert refused > 20 and granted > 100, (kind, refused, granted)
+        assert refused > 40 and granted > 150, (kind, refused, granted)
 
 
 # --- router, DMA, matrix unit -------------------------------------------------------------------------------------
