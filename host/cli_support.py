@@ -44,9 +44,11 @@ DEBUG_ENV = "RINGGPT_DEBUG"
 
 
 def exit_status_help(meanings: dict[int, str] | None = None) -> str:
-    """The "Exit status" text of a --help: EXIT_CODES, with a command's own wording where `meanings` gives one."""
+    """The "Exit status" text of a --help: EXIT_CODES, with a command's own wording where `meanings` gives one (None:
+    a status the command never returns)."""
     meanings = {**EXIT_CODES, **(meanings or {})}
-    return "Exit status: " + "; ".join(f"{code} {meanings[code]}" for code in EXIT_CODES) + "."
+    return "Exit status: " + "; ".join(f"{code} {meanings[code]}" for code in EXIT_CODES
+                                        if meanings[code] is not None) + "."
 
 
 EXIT_STATUS_HELP = exit_status_help()

@@ -154,6 +154,12 @@ def test_the_exit_codes_are_defined_once_and_every_help_lists_them(tmp_path):
         assert [int(part.split()[0]) for part in listed.split("; ")] == list(EXIT_CODES), shown
 
 
+def test_the_compilers_help_lists_the_statuses_it_returns(tmp_path):
+    shown = " ".join(run([*command("compiler"), "--help"], tmp_path).stdout.decode().split())
+    listed = re.search(r"Exit status: (.*)\.", shown).group(1)
+    assert [int(part.split()[0]) for part in listed.split("; ")] == [0, 1, 2, 130, 141], shown
+
+
 # --- check --json --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("target, phrase", [  # a FIFO, not /dev/full: code without the check, run as root, replaced it

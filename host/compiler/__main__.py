@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ringgpt.host.cli_support import Command, arch_config, config_options, debug_option, model_option
+from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USER_ERROR, Command,
+                                      arch_config, config_options, debug_option, exit_status_help, model_option)
 
 if TYPE_CHECKING:
     from ringgpt.host.image import ApplianceImage
@@ -72,8 +73,10 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-@click.command(cls=Command, epilog="Exit status: 0 ok; 2 bad input (nothing is written); 1 an internal fault; "
-               "130 interrupted.")
+@click.command(cls=Command, epilog=exit_status_help({
+    EXIT_FAULT: "an internal fault", EXIT_CHECK_FAILED: None,
+    EXIT_USER_ERROR: "bad input or an environment you can fix (nothing is written)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM, the image's temporaries removed)"}))
 @model_option
 @config_options()
 @click.option("--max-context", type=click.IntRange(1, None), default=None,
