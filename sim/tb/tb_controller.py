@@ -31,6 +31,7 @@ from ringgpt.hw.isa import (DIM_IMM_BITS, EXECUTING_UNITS, HOST_POS_REG, HOST_RO
                             Instruction, Opcode, Operand, Space, Unit, control_result, decode)
 from ringgpt.hw.resolved import access_ranges, hazard, resolve_run, with_gather_slices
 from ringgpt.sim.cocotb_support import bench
+from ringgpt.sim.cocotb_support.cases import pauses
 
 UNIT_OPCODES = [op for op, spec in OPCODES.items() if spec.unit is not Unit.CONTROL]
 MEMORY_BYTES = 1 << 20
@@ -194,10 +195,6 @@ class ProgramMemory(AxiRamRead):
             raise ValueError(f"no memory at {address:#x}")
         return await super()._read(address, length)
 
-
-def pauses(rng: random.Random, probability: float):
-    while True:
-        yield rng.random() < probability
 
 
 class MockUnit:

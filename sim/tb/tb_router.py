@@ -35,7 +35,7 @@ from ringgpt.sim.cocotb_support.datapath import DatapathTB, finish_regs, fp16_da
 from ringgpt.sim.cocotb_support.ring import RingTB
 from ringgpt.sim.cocotb_support.runner import DESIGN_ENV
 from ringgpt.sim.functional.machine import Card, run_ring
-from ringgpt.sim.tb.tb_matrix import pick, set_field
+from ringgpt.sim.cocotb_support.cases import pauses, pick, set_field
 
 ON_RING = json.loads(os.environ.get(DESIGN_ENV, "{}")).get("component", "").endswith(":RouterRing")
 """Which design this run simulates: the ring's tests skip on the lone harness and the other way round."""
@@ -157,10 +157,6 @@ def lanes(block: list, P: int) -> list[int]:
     """A block's beats as the P 16-bit lanes cocotbext-axi carries per beat (byte_size 16)."""
     return [(tdata >> (16 * lane)) & 0xFFFF for tdata, _ in block for lane in range(P)]
 
-
-def pauses(rng: random.Random, probability: float):
-    while True:
-        yield rng.random() < probability
 
 
 class RouterTB(DatapathTB):

@@ -14,7 +14,7 @@ from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, golden, new_regs,
                                                  random_state, register_relative, resolved_of)
 from ringgpt.sim.cycle_model.stalls import vector_operands, vector_stall_cycles
-from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
+from ringgpt.sim.cocotb_support.cases import extent, pick, place, set_field, stride_for
 
 VECTOR_OPS = opcodes_of(Unit.VECTOR)
 
