@@ -17,13 +17,20 @@ times are about twice the machine's alone; "user" is the CPU time of the whole r
 |---|---:|---:|---:|---:|---:|
 | vector (pass) | 18.3 MB | 123 MB, 171 files | 16 min: conversion 3, Verilator 6 (170 s CPU), C++ 7 | 1.5 GB (Verilator) | 8.8 min |
 | router (pass, after the fix below) | 1.8 MB | 19 MB, 26 files | 3.5 min | 0.5 GB | 9.1 min (3.0 of them the regression's 20 cases) |
-| DMA | 12.4 MB | 141 MB, 155 files | see the report | 1.4 GB (Verilator) | see the report |
+| DMA (passing so far, see below) | 12.4 MB | 141 MB, 155 files | 17 min: conversion 4, Verilator 2.3, C++ 10 | 1.4 GB (Verilator) | over 40 min |
 | matrix | not yet run | | | | |
 | buffers, 4 tests (Amaranth) | | | | 0.1 GB | 23 s + 11 s + 20 s + 56 s |
 
 The whole vector test took 26.5 min wall, 845 s user. At Verilator's default -Os the vector unit's C++ compiled
 109 of its 171 files in 10 minutes (the large `_024root` files 1 to 3 minutes each) and was stopped: about an hour
 projected, hence `CXX_OPT`.
+
+The DMA test is slow to run, not to build: its 33 cocotbext-axi AxiRams (five channel coroutines each) make the
+simulation about 25 cycles a second, and every instruction syncs and dumps ABUF and WBUF (about 650 cycles). In its
+first run the on-chip random LOADs, the bad words, the on-chip full rate (busy cycles exactly `DMAUnit.cycles`) and
+the 10 random off-chip LOAD / transposed LOAD / STORE / transposed STORE / GATHER (32 HBM ports and the host port,
+AXI pauses) passed in 21 minutes; the off-chip errors, the off-chip full rate and contention were still running
+when this was written.
 
 The router test found a real bug at this width, now fixed (hw/core/router.py; regression at sim-small:
 tb_router.forward_after_a_refused_write): an ALLGATHER's forwarded slice was read back from ABUF while its last beat

@@ -38,9 +38,9 @@ from ringgpt.sim.functional.errors import AddressFault, AlignmentFault
 from ringgpt.sim.functional.machine import Card
 from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
 
-HBM_WORDS = 8192
-"""The test HBM: 2,048 words (4 KiB) a channel at sim-small; an address past it (but inside the config's HBM)
-reaches past the channel's AxiRam: SLVERR."""
+HBM_WORDS = int(bench.args().get("hbm_words", 8192))
+"""The test HBM (testbench argument `hbm_words`, default 8,192): 2,048 words (4 KiB) a channel at sim-small; an
+address past it (but inside the config's HBM) reaches past the channel's AxiRam: SLVERR."""
 HOST_WORDS = 2048
 AXIRAM_LATENCY = 2
 """Cycles from an AR handshake to the AxiRam's first R beat, and from the last W beat to its B response
@@ -72,8 +72,11 @@ class DmaTB(DatapathTB):
         cfg = self.cfg
         beat = cfg.hbm_port_bits // 8
         self.channel_words = HBM_WORDS // cfg.hbm_channels
-        # bases one beat short of a page and further: bursts cross 4 KiB pages at every alignment
-        self.hbm_bases = [AXI_PAGE_BYTES - beat * (1 + 3 * c) for c in range(cfg.hbm_channels)]
+        # bases one beat short of a page and further: bursts cross 4 KiB pages at every alignment (each base the
+        # first page end at or past its distance from it: at sim-small the first page's, at u280's 32 channels of
+        # 64-byte beats also the second's)
+        self.hbm_bases = [-(-beat * (1 + 3 * c) // AXI_PAGE_BYTES) * AXI_PAGE_BYTES - beat * (1 + 3 * c)
+                          for c in range(cfg.hbm_channels)]
         self.host_base = 2 * AXI_PAGE_BYTES - 5 * beat
         self.hbm_rams = [self._ram(f"hbm{c}", base + 2 * self.channel_words) for c, base in enumerate(self.hbm_bases)]
         self.host_ram = self._ram("host", self.host_base + 2 * HOST_WORDS)
@@ -311,7 +314,8 @@ async def full_rate(dut):
                                           (True, P, 2 * P, Space.ABUF), (True, 1, 3 * P - 1, Space.ABUF),
                                           (True, P + 3, P + 1, Space.WBUF), (True, 2 * P, 1, Space.ABUF)):
         sd = rows if transpose else n
-        inst = Instruction.make(Opcode.LOAD, dst=Operand(dst_space, 0, 1024 if dst_space == Space.ABUF else 0),
+        above = max(1024, 2 * P * P)        # past the largest source block (P x 2P words)
+        inst = Instruction.make(Opcode.LOAD, dst=Operand(dst_space, 0, above if dst_space == Space.ABUF else 0),
                                 src1=abuf(0), rows=Dim(0, rows), n=Dim(0, n), dst_stride=sd, src1_stride=n,
                                 flags=Flags(transpose=int(transpose)))
         cycles = await tb.check_instruction(inst, [0] * 16, random_state(rng, cfg), label="full rate")

@@ -198,9 +198,12 @@ async def full_rate(dut):
             (Opcode.MATMUL, 1, 5 * L, 3 * W, {}, 0),
             # columns of 2 * W + 1 words 3 * W apart: three tiles, the last one word
             (Opcode.MATMUL, 6, L, 2 * W + 1, {"src2": wbuf(512), "src2_stride": 3 * W}, None),
-            # 6 pairs, one beat each: rows 0's and 1's maxima fall in the cycles of pairs 3's and 5's results, and
-            # ABUF takes one unit write a cycle, so each waits a cycle (row 2's comes after the last results)
-            (Opcode.MASKED_QK, 3, 2 * L, W, {}, 2), (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
+            # 6 pairs, one beat each: row r's maximum comes row_max_latency after the results of its last pair,
+            # 2r + 1, in the cycle of a later pair's results while that is below 6, and ABUF takes one unit write a
+            # cycle, so each such maximum waits a cycle (sim-small, latency 2: rows 0 and 1, in pairs 3's and 5's
+            # cycles; u280, latency 4: row 0, in pair 5's)
+            (Opcode.MASKED_QK, 3, 2 * L, W, {}, sum(2 * r + 1 + unit.row_max_latency < 6 for r in range(3))),
+            (Opcode.MATMUL, 1, 9 * L - 1, 1, {"src2_stride": W}, 0),
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {}, 0),
             # the bias after 7 * L columns of 2 * W words, on a whole period (stalls counted by the model only)
             (Opcode.MATMUL, 2, 7 * L, 2 * W, {"aux": wbuf(period * -(-7 * L * 2 * W // period))}, None),
