@@ -27,7 +27,7 @@ from cocotbext.axi.sparse_memory import SparseMemory
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.core.axi import AXI_PAGE_BYTES
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.hbm import hbm_location, hbm_word
+from ringgpt.hw.hbm import hbm_word
 from ringgpt.hw.isa import Dim, Flags, Instruction, Opcode, Operand, Space, decode
 from ringgpt.hw.resolved import Decoded
 from ringgpt.sim.cocotb_support import bench
@@ -36,7 +36,7 @@ from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_d
 from ringgpt.sim.cycle_model import instruction_cost
 from ringgpt.sim.functional.errors import AddressFault, AlignmentFault
 from ringgpt.sim.functional.machine import Card
-from ringgpt.sim.tb.tb_matrix import extent, pick, place, set_field, stride_for
+from ringgpt.sim.cocotb_support.cases import extent, pauses, pick, place, set_field, stride_for
 
 HBM_WORDS = int(bench.args().get("hbm_words", 8192))
 """The test HBM (testbench argument `hbm_words`, default 8,192): 2,048 words (4 KiB) a channel at sim-small; an
@@ -56,11 +56,6 @@ class BoundedMemory(SparseMemory):
     def __len__(self):
         return 1 << 48
 
-
-def pauses(rng: random.Random, probability: float):
-    """A pause generator: paused with `probability` each cycle."""
-    while True:
-        yield rng.random() < probability
 
 
 class DmaTB(DatapathTB):

@@ -10,42 +10,12 @@ import numpy as np
 
 from ringgpt.hw import banks
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.isa import Dim, Flags, Instruction, InstructionLayout, Opcode, Operand, Space, decode
+from ringgpt.hw.isa import Dim, Flags, Instruction, Opcode, Operand, Space, decode
 from ringgpt.sim.cocotb_support import bench
+from ringgpt.sim.cocotb_support.cases import extent, pick, place, set_field, stride_for
 from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, new_regs, random_state,
                                                  register_relative, resolved_of)
-
-
-def pick(rng, options):
-    return int(options[int(rng.integers(len(options)))])
-
-
-def extent(rows: int, cols: int, stride: int) -> int:
-    return (rows - 1) * stride + cols
-
-
-def stride_for(rng, cols: int, *, overlap: bool) -> int:
-    if overlap and rng.random() < 0.15:
-        return int(rng.integers(0, cols + 1))
-    return cols + int(rng.integers(0, 6))
-
-
-def place(rng, sizes: dict, capacity: int) -> dict | None:
-    """Random non-overlapping bases for blocks of `sizes` words in a buffer of `capacity` words."""
-    names = list(sizes)
-    rng.shuffle(names)
-    free = capacity - sum(sizes.values())
-    if free < 0:
-        return None
-    cuts = sorted(int(v) for v in rng.integers(0, free + 1, len(names)))
-    bases, at, prev = {}, 0, 0
-    for name, cut in zip(names, cuts):
-        at += cut - prev
-        prev = cut
-        bases[name] = at
-        at += sizes[name]
-    return bases
 
 
 def matrix_case(rng, cfg, op: Opcode):
@@ -113,17 +83,6 @@ async def run_random(dut, count: int, seed: int):
 async def random_instructions_bit_exact(dut):
     args = bench.args()
     await run_random(dut, args["instructions"], args["seed"])
-
-
-def set_field(word: int, path: str, value: int) -> int:
-    """`word` with field `path` (e.g. "flags.reserved", "src1.space") set to `value`."""
-    layout, offset = InstructionLayout, 0
-    for part in path.split("."):
-        field = layout.as_shape()[part] if hasattr(layout, "as_shape") else layout[part]
-        offset += field.offset
-        layout = field.shape
-    width = field.width
-    return (word & ~(((1 << width) - 1) << offset)) | ((value & ((1 << width) - 1)) << offset)
 
 
 @cocotb.test()
