@@ -367,6 +367,75 @@ int round_to_fp16(const float *acc, long m, long n, const uint16_t *bias, uint16
     return 0;
 }
 
+#if defined(__x86_64__)
+/* The vector unit's element-wise operations on FP16 operands (numerics.vadd, vsub, vmul, vscale_shift): each
+   operand element (i, j) at p + i * rs + j * cs (strides in words, 0 to broadcast), the FP32 operation (op 0: a + b,
+   1: a - b, 2: a * b, 3: a * b + c, the product exact and the addition rounded once), rounded to FP16 (F16C: nearest
+   even, overflow to Inf, subnormals kept) and every NaN the canonical 0x7E00; out: rows x n contiguous. */
+__attribute__((target("avx2,f16c")))
+static void elementwise_f16c(int op, const uint16_t *a, long ars, long acs, const uint16_t *b, long brs, long bcs,
+                             const uint16_t *c, long crs, long ccs, long rows, long n, uint16_t *out) {
+    const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00), nan = _mm_set1_epi16(0x7e00);
+    for (long i = 0; i < rows; i++) {
+        const uint16_t *pa = a + i * ars, *pb = b + i * brs, *pc = c ? c + i * crs : 0;
+        uint16_t *po = out + i * n;
+        long j = 0;
+        if (acs == 1 && (bcs == 1 || bcs == 0) && (!c || ccs == 1 || ccs == 0)) {
+            /* 8 lanes at a time: the same conversions, operation and rounding per lane */
+            const __m256 y0 = _mm256_set1_ps(_cvtsh_ss(pb[0])), z0 = _mm256_set1_ps(c ? _cvtsh_ss(pc[0]) : 0.0f);
+            for (; j + 8 <= n; j += 8) {
+                __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pa + j)));
+                __m256 y = bcs ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + j))) : y0, v;
+                switch (op) {
+                    case 0: v = _mm256_add_ps(x, y); break;
+                    case 1: v = _mm256_sub_ps(x, y); break;
+                    case 2: v = _mm256_mul_ps(x, y); break;
+                    default: v = _mm256_add_ps(_mm256_mul_ps(x, y),
+                                               ccs ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pc + j))) : z0);
+                }
+                __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+                h = _mm_blendv_epi8(h, nan, _mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf));
+                _mm_storeu_si128((__m128i *)(po + j), h);
+            }
+        }
+        for (; j < n; j++) {
+            float x = _cvtsh_ss(pa[j * acs]), y = _cvtsh_ss(pb[j * bcs]), v;
+            switch (op) {
+                case 0: v = x + y; break;
+                case 1: v = x - y; break;
+                case 2: v = x * y; break;
+                default: { float p = x * y; v = p + _cvtsh_ss(pc[j * ccs]); }
+            }
+            uint16_t h = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+            po[j] = ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) ? 0x7e00 : h;
+        }
+    }
+}
+#endif
+
+/* elementwise_f16c where the CPU has AVX2 and F16C (returns 1); returns 0, writing nothing, elsewhere. */
+int elementwise(int op, const uint16_t *a, long ars, long acs, const uint16_t *b, long brs, long bcs,
+                const uint16_t *c, long crs, long ccs, long rows, long n, uint16_t *out) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        elementwise_f16c(op, a, ars, acs, b, brs, bcs, c, crs, ccs, rows, n, out);
+        return 1;
+    }
+#endif
+    return 0;
+}
+
+/* acc[i] = dot_tiles(a[i, :], b[i, :], width) for each of m rows (row i of a at a + i * a_stride, of b at
+   b + i * b_stride): accumulate of each row against its own one column; with out (only where round_to_fp16 runs),
+   also out = round_to_fp16(acc). Returns 0, or -1 when out of memory. */
+int row_dots(const uint16_t *a, long a_stride, const uint16_t *b, long b_stride, long m, long k, long kp, long width,
+             float *acc, uint16_t *out) {
+    for (long i = 0; i < m; i++)
+        if (accumulate(a + i * a_stride, k, 1, b + i * b_stride, k, 1, k, kp, width, acc + i)) return -1;
+    if (out) round_to_fp16(acc, m, 1, NULL, out);
+    return 0;
+}
+
 /* acc[i * n + j] = dot_tiles(x[i, :], w[j, :], width) (see accumulate); with out (only where round_to_fp16 runs),
    also out = round_to_fp16(acc, bias). Returns 0, or -1 when out of memory. */
 int tree_matmul(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, long k, long kp,
@@ -471,6 +540,14 @@ def library():
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                        ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn = lib.row_dots
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                       ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        fn = lib.elementwise
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] * 3 + [
+            ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
         fn = lib.round_to_fp16
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -497,6 +574,58 @@ def matmul_fp16(rows: np.ndarray, w: np.ndarray, width: int, bias=None) -> np.nd
     if not rounds_fp16() or width > MAX_WIDTH:
         return None
     return _tree_matmul(rows, w, width, bias, True)
+
+
+ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "scale_shift": 3}
+
+
+def _word_strides(a: np.ndarray, rows: int, n: int):
+    """(row stride, column stride) in FP16 words of an FP16 operand of a rows x n operation: 0-d (a scalar),
+    (n,) or (1, n) (one row for every row), (rows, 1) (a scalar per row) or (rows, n); None for anything else."""
+    if a.dtype != np.float16:
+        return None
+    shape, strides = a.shape, a.strides
+    if len(shape) == 0:
+        return 0, 0
+    if len(shape) == 1:
+        return (0, strides[0] >> 1) if shape[0] == n else (0, 0) if shape[0] == 1 else None
+    if len(shape) != 2 or shape[0] not in (1, rows) or shape[1] not in (1, n):
+        return None
+    return (0 if shape[0] == 1 else strides[0] >> 1), (0 if shape[1] == 1 else strides[1] >> 1)
+
+
+def elementwise_fp16(op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray | None:
+    """numerics.vadd, vsub, vmul (op "add", "sub", "mul": a op b) or vscale_shift ("scale_shift": a * b + c) of FP16
+    arrays with the compiled kernel: a of shape (n,) or (rows, n), the others broadcast to it (see _word_strides).
+    None when the kernel or F16C is not there or the shapes are others (the caller's numpy definition then)."""
+    if not rounds_fp16() or a.ndim not in (1, 2):
+        return None
+    rows, n = (1, a.shape[0]) if a.ndim == 1 else a.shape
+    sa, sb = _word_strides(a, rows, n), _word_strides(b, rows, n)
+    sc = (0, 0) if c is None else _word_strides(c, rows, n)
+    if sa is None or sb is None or sc is None:
+        return None
+    out = np.empty(a.shape, np.float16)
+    if out.size and not _lib.elementwise(ELEMENTWISE_OPS[op], address(a), sa[0], sa[1], address(b), sb[0], sb[1],
+                                         None if c is None else address(c), sc[0], sc[1], rows, n, address(out)):
+        return None
+    return out
+
+
+def row_dots_fp16(a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:
+    """to_fp16 of dot_tiles(a[i], b[i], width) for every row i of a and b (2-D, one shape): matmul_fp16(a[i:i + 1],
+    b[i:i + 1].T, width)[0, 0] per row, in one call; only where rounds_fp16() and width <= MAX_WIDTH."""
+    m, k = a.shape
+    if m == 0:
+        return np.empty(0, np.float16)
+    kp = max(1, -(-k // width)) * width
+    a, a_stride = _word_rows(a, k)
+    b, b_stride = _word_rows(b, k)
+    memory = np.empty(m + -(-m // 2), np.float32)
+    acc = address(memory)
+    if _lib.row_dots(address(a), a_stride, address(b), b_stride, m, k, kp, width, acc, acc + 4 * m):
+        raise MemoryError(f"the compiled kernel could not allocate its scratch for {m} dot products of {k}")
+    return memory[m:].view(np.float16)[:m]
 
 
 def round_fp16(acc: np.ndarray, bias=None) -> np.ndarray:
@@ -533,9 +662,30 @@ def _tree_matmul(rows: np.ndarray, w: np.ndarray, width: int, bias, fp16: bool) 
     return memory[:m * n].reshape(m, n)
 
 
-def address(a: np.ndarray) -> int:
-    """The address of an array's first element, for a kernel's pointer argument."""
+def _interface_address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
+
+
+def _data_field_reader():
+    """A fast reader of an ndarray's data pointer: NumPy's array object (PyArrayObject_fields) holds it right after
+    the object header (PyArray_DATA), read here through ctypes, a few times faster than __array_interface__. Used only
+    once checked against __array_interface__ on arrays and views of several kinds; else None."""
+    at = ctypes.c_void_p.from_address
+    header = object.__basicsize__
+    try:
+        base = np.arange(64, dtype=np.float16)
+        samples = [base, base[3:], base[::-2], base.reshape(8, 8)[1:, 2:].T, np.empty((0, 3)), np.float32(1)[()],
+                   np.ndarray((2, 4), np.float16, base, 6, (16, 2))]
+        samples = [x for x in samples if isinstance(x, np.ndarray)]
+        if all((at(id(x) + header).value or 0) == _interface_address(x) for x in samples):
+            return lambda a: at(id(a) + header).value or 0
+    except (ValueError, OverflowError, TypeError):
+        pass
+    return None
+
+
+address = _data_field_reader() or _interface_address
+"""address(a): the address of an array's first element, for a kernel's pointer argument."""
 
 
 def _word_rows(a: np.ndarray, k: int) -> tuple:

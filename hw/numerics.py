@@ -228,7 +228,7 @@ def _row_sums_native(a: np.ndarray, width: int, b=None) -> np.ndarray | None:
     b = np.asarray(b, np.float16)
     if b.shape != a.shape:
         b = np.broadcast_to(b, a.shape)
-    return np.array([native.matmul_fp16(a[i:i + 1], b[i:i + 1].T, width)[0, 0] for i in range(len(a))], np.float16)
+    return native.row_dots_fp16(a, b, width)
 
 
 def max_key(x) -> np.ndarray:
@@ -240,8 +240,11 @@ def max_key(x) -> np.ndarray:
 def reduce_max(x, axis: int = -1) -> np.ndarray:
     """Maximum of FP16 values under the total order of their bit patterns (see max_key)."""
     x = np.asarray(x, np.float16)
-    idx = np.argmax(max_key(x), axis=axis)
-    return np.take_along_axis(x, np.expand_dims(idx, axis), axis=axis).squeeze(axis)
+    # max_key as int16 (bits ^ 0x7FFF for negative patterns: the same integers), its inverse the same map.
+    bits = x.view(np.int16)
+    key = bits ^ ((bits >> 15) & 0x7FFF)
+    top = np.max(key, axis=axis, keepdims=True)
+    return (top ^ ((top >> 15) & 0x7FFF)).view(np.float16).squeeze(axis)
 
 
 # --- the matrix unit ------------------------------------------------------------------------
@@ -318,23 +321,49 @@ def _canonical_fp16(y) -> np.ndarray:
     return y
 
 
+def _elementwise_native(op: str, a: np.ndarray, b: np.ndarray, c=None):
+    """The compiled kernel's vadd, vsub, vmul or vscale_shift (hw/native.py: the same FP32 operation, rounding and
+    canonical NaN, tested against these definitions) where a holds the result's shape (1-D or 2-D) and the
+    others broadcast to it; else None."""
+    if a.ndim not in (1, 2) or b.ndim > a.ndim or (c is not None and c.ndim > a.ndim):
+        return None
+    from ringgpt.hw import native
+    return native.elementwise_fp16(op, a, b, c)
+
+
 def vadd(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
+    out = _elementwise_native("add", a, b)
+    if out is not None:
+        return out
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        return _canonical_fp16(np.add(np.asarray(a, np.float16), np.asarray(b, np.float16)))
+        return _canonical_fp16(np.add(a, b))
 
 
 def vsub(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
+    out = _elementwise_native("sub", a, b)
+    if out is not None:
+        return out
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        return _canonical_fp16(np.subtract(np.asarray(a, np.float16), np.asarray(b, np.float16)))
+        return _canonical_fp16(np.subtract(a, b))
 
 
 def vmul(a, b) -> np.ndarray:
+    a, b = np.asarray(a, np.float16), np.asarray(b, np.float16)
+    out = _elementwise_native("mul", a, b)
+    if out is not None:
+        return out
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        return _canonical_fp16(np.multiply(np.asarray(a, np.float16), np.asarray(b, np.float16)))
+        return _canonical_fp16(np.multiply(a, b))
 
 
 def vscale_shift(x, scale, shift) -> np.ndarray:
     """x * scale + shift: exact FP32 product, one rounded FP32 add, then rounded to FP16."""
+    x, scale, shift = np.asarray(x, np.float16), np.asarray(scale, np.float16), np.asarray(shift, np.float16)
+    out = _elementwise_native("scale_shift", x, scale, shift)
+    if out is not None:
+        return out
     with np.errstate(over="ignore", invalid="ignore"):
         return to_fp16(_f32(x) * _f32(scale) + _f32(shift))
 
