@@ -25,6 +25,12 @@ def _power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+def hbm_port(channel: int) -> str:
+    """The AXI4 master port of HBM pseudo-channel `channel`: hbm00, hbm01, ... (the core DMA's port and, as
+    `m_axi_hbmNN`, the Vitis kernel's of the same name)."""
+    return f"hbm{channel:02d}"
+
+
 def hbm_channel_of(granule, channels: int):
     """The pseudo-channel of interleave granule `granule` (an int or a numpy array)."""
     if _power_of_two(channels):

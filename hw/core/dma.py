@@ -5,7 +5,7 @@ core's AXI4 masters (one per HBM pseudo-channel, one for the host buffer).
                ├─▶ straight:   chunk ─▶ write register ─▶ ABUF/WBUF dst (P words per cycle)
                └─▶ transposed: P source rows ─▶ P x P tile ─▶ one column per cycle ─▶ write register ─▶ dst
     off chip job generator ── row jobs (X words [lo, hi), buffer address = X word + delta) ──▶
-               PortEngine hbm0 .. hbm{C-1}, host: each takes the part of a job that lies in its memory (hw/hbm.py),
+               PortEngine hbm00 .. hbm{C-1}, host: each takes the part of a job that lies in its memory (hw/hbm.py),
                as INCR bursts of up to 256 beats that stay in a 4 KiB page, up to hbm_outstanding in flight
                ├─▶ LOAD / GATHER: R beats ─▶ merged into whole rows ─▶ the engines' crossbar, a row per memory ─▶ ABUF/WBUF
                ├─▶ LOAD transposed: R beats ─▶ (one engine a cycle) ─▶ the P x P tile ─▶ columns ─▶ dst
@@ -79,7 +79,7 @@ class DMAUnit(DMATiming, wiring.Component):
             raise ValueError(f"the DMA unit needs vector_width >= 2, got {cfg.vector_width}")
         DMATiming.__init__(self, cfg)
         P, B = self.width, self.beat_words
-        self.ports = [f"hbm{c}" for c in range(cfg.hbm_channels)] + ["host"]
+        self.ports = [hbm.hbm_port(c) for c in range(cfg.hbm_channels)] + ["host"]
         if cfg.hbm_interleave_words % B:
             raise ValueError(f"the HBM granule ({cfg.hbm_interleave_words} words) must be whole beats of {B} words")
         hbm.check_rtl_map(cfg.hbm_channels, cfg.hbm_interleave_words)

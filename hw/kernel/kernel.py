@@ -89,12 +89,12 @@ class KernelTop(wiring.Component):
         self.cfg = cfg
         self.core = Core(cfg)
         core_members = self.core.signature.members
-        self.core_ports = dict(zip(master_ports(cfg), ("prog", *self.core.units["dma"].ports), strict=True))
-        """Each kernel master port (prog, hbm00.., host) and the core member it brings out."""
+        self.core_ports = master_ports(cfg)
+        """The kernel's master ports (prog, hbm00.., host): each brings out the core's port of the same name."""
         members = {"ap_clk": In(1), "ap_rst_n": In(1), "interrupt": Out(1)}
         members.update(flat_members("s_axi_control", CONTROL_PORT))
-        for port, core_port in self.core_ports.items():
-            members.update(flat_members(f"m_axi_{port}", core_members[core_port]))
+        for port in self.core_ports:
+            members.update(flat_members(f"m_axi_{port}", core_members[port]))
         for port, core_port in RING_PORTS.items():
             members.update(flat_members(port, core_members[core_port]))
         super().__init__(members)
@@ -137,7 +137,7 @@ class KernelTop(wiring.Component):
         core = self.core
         if register.kind == "scalar":
             return getattr(core, register.name)
-        port = self.core_ports[register.port]
+        port = register.port
         if port == "prog":
             return core.program_base
         if port == "host":
@@ -152,8 +152,8 @@ class KernelTop(wiring.Component):
         m.d.comb += [sync.clk.eq(self.ap_clk), sync.rst.eq(reset)]
 
         m.submodules.core = core = self.core
-        for port, core_port in self.core_ports.items():
-            self._bring_out(m, f"m_axi_{port}", getattr(core, core_port))
+        for port in self.core_ports:
+            self._bring_out(m, f"m_axi_{port}", getattr(core, port))
         for port, core_port in RING_PORTS.items():
             self._bring_out(m, port, getattr(core, core_port))
 

@@ -24,6 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.hbm import hbm_port
 from ringgpt.hw.isa import EXECUTING_UNITS
 
 CONTROL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
@@ -52,11 +53,6 @@ class Register:
     port: str | None
     """For a pointer: the AXI4 master port its buffer is reached through (prog, host, hbm00, ...)."""
     doc: str
-
-
-def hbm_port(channel: int) -> str:
-    """Vitis name of HBM pseudo-channel `channel`'s master port, without `m_axi_` (hbm00, hbm01, ...)."""
-    return f"hbm{channel:02d}"
 
 
 def master_ports(cfg: ArchConfig) -> tuple[str, ...]:

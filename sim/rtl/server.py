@@ -48,7 +48,7 @@ class RingBench:
         # every memory exists from reset on (an undriven response channel would leave X in the core); each is
         # as large as one HBM channel, allocated lazily
         size = self.cfg.hbm_channel_mbytes << 20
-        self.hbm = [[AxiRam(AxiBus.from_prefix(dut, f"c{card}_hbm{c}_"), dut.clk, dut.rst, size=size)
+        self.hbm = [[AxiRam(AxiBus.from_prefix(dut, f"c{card}_{hbm.hbm_port(c)}_"), dut.clk, dut.rst, size=size)
                      for c in range(self.cfg.hbm_channels)] for card in range(self.cards)]
         self.prog = [AxiRamRead(AxiReadBus.from_prefix(dut, f"c{card}_prog_"), dut.clk, dut.rst, size=size)
                      for card in range(self.cards)]

@@ -3,7 +3,7 @@
 The core (`hw.core.core.Core`) is converted to Verilog once, as module `ringgpt_core`, and instantiated
 once per card (`verilog_modules` returns its text; the runner appends it), so a ring of four builds no
 more Verilog than one core. Card i's core gets card id i, the ring's card count and base address 0 on
-every AXI4 port; its AXI4 ports and status are top-level ports prefixed `c<i>_` (`c0_hbm1__araddr`,
+every AXI4 port; its AXI4 ports and status are top-level ports prefixed `c<i>_` (`c0_hbm01__araddr`,
 `c0_done`, ...), each answered by its own memory in the testbench. The ring is closed inside: core i's
 `tx` drives core i+1's `rx`. All cores share `start`, `pos` and `rows`; `finished` is high once every core
 is done or any core has stopped on an error. With `pause_links`, each link's handshake is gated by an

@@ -27,7 +27,7 @@ from cocotbext.axi.sparse_memory import SparseMemory
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.core.axi import AXI_PAGE_BYTES
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.hbm import hbm_word
+from ringgpt.hw.hbm import hbm_port, hbm_word
 from ringgpt.hw.isa import Dim, Flags, Instruction, Opcode, Operand, Space, decode
 from ringgpt.hw.resolved import Decoded
 from ringgpt.sim.cocotb_support import bench
@@ -73,7 +73,7 @@ class DmaTB(DatapathTB):
         self.hbm_bases = [-(-beat * (1 + 3 * c) // AXI_PAGE_BYTES) * AXI_PAGE_BYTES - beat * (1 + 3 * c)
                           for c in range(cfg.hbm_channels)]
         self.host_base = 2 * AXI_PAGE_BYTES - 5 * beat
-        self.hbm_rams = [self._ram(f"hbm{c}", base + 2 * self.channel_words) for c, base in enumerate(self.hbm_bases)]
+        self.hbm_rams = [self._ram(hbm_port(c), base + 2 * self.channel_words) for c, base in enumerate(self.hbm_bases)]
         self.host_ram = self._ram("host", self.host_base + 2 * HOST_WORDS)
         dut.hbm_base.value = bench.pack(self.top.signature.members["hbm_base"].shape, self.hbm_bases)
         dut.host_base.value = self.host_base
