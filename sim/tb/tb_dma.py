@@ -448,7 +448,8 @@ async def offchip_errors(dut):
         ("LOAD into HOST", load, set_field(word, "dst.space", Space.HOST.value), ErrorCode.BAD_SPACE),
         ("STORE rows 0: a no-op", decode(set_field(sword, "rows.imm", 0)), None, ErrorCode.NONE),
         ("GATHER n 0: a no-op", decode(set_field(gword, "n.imm", 0)), None, ErrorCode.NONE),
-        ("LOAD past HBM", load, set_field(word, "src1.offset", cfg.hbm_words - 12 * B), ErrorCode.OUT_OF_RANGE),
+        # 96 words before the end (a multiple of the beat, 8 or 32 words): the block's 140 words run past it
+        ("LOAD past HBM", load, set_field(word, "src1.offset", cfg.hbm_words - 96), ErrorCode.OUT_OF_RANGE),
         ("STORE past 2**32", store, set_field(sword, "dst.offset", (1 << 32) - 30), ErrorCode.OUT_OF_RANGE),
         ("GATHER past ABUF", gather, set_field(gword, "dst.offset", cfg.abuf_words - 2 * B), ErrorCode.OUT_OF_RANGE),
         ("LOAD off the beat", load, set_field(word, "dst.offset", 65), ErrorCode.MISALIGNED),
