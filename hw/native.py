@@ -71,6 +71,7 @@ static void convert(const uint16_t *src, float *dst, long n) {
 
 SOURCE = FP16_SOURCE + r"""
 #include <stdlib.h>
+#include <pthread.h>
 
 /* The MAC tree's numerics (numerics.tile_sums). GUARD (TREE_GUARD_BITS) and SCALE (PRODUCT_SCALE) are defined from
    numerics.py ahead of this source. The rows' significands are stored shifted left by XSHIFT and the columns' by
@@ -279,8 +280,9 @@ __attribute__((target("avx2,f16c"), always_inline)) static inline int64_t tile_f
    specials), each column read as it is (its last, partial tile from a zero-padded copy). */
 #define COLUMNS_F16C(NAME, WIDTH) \
     AVX2_F16C static void NAME(const uint16_t *x, long x_stride, long m, const uint16_t *w, long w_stride, long n, \
-                               long k, long kp, long width_arg, float *out, const float *xf, const int16_t *xe, \
-                               const uint8_t *specials, uint8_t *wspecial, int64_t *totals, int32_t *qmaxes) { \
+                               long k, long kp, long width_arg, float *out, long ldo, const float *xf, \
+                               const int16_t *xe, const uint8_t *specials, uint8_t *wspecial, int64_t *totals, \
+                               int32_t *qmaxes) { \
         const long width = WIDTH, tiles = kp / width, inside = k / width; \
         uint16_t tail[128]; \
         (void)width_arg; \
@@ -295,13 +297,88 @@ __attribute__((target("avx2,f16c"), always_inline)) static inline int64_t tile_f
                     totals[t] = tile_f16c(xf + o, xe + o, t < inside ? col + t * width : tail, width, qmaxes + t, \
                                           wspecial + t); \
                 } \
-                out[i * n + j] = add_tiles(totals, qmaxes, specials + i * tiles, wspecial, x + i * x_stride, col, k, \
-                                           width, tiles); \
+                out[i * ldo + j] = add_tiles(totals, qmaxes, specials + i * tiles, wspecial, x + i * x_stride, col, \
+                                             k, width, tiles); \
             } \
         } \
     }
 COLUMNS_F16C(columns_f16c_8, 8) COLUMNS_F16C(columns_f16c_16, 16) COLUMNS_F16C(columns_f16c_32, 32)
 COLUMNS_F16C(columns_f16c_64, 64) COLUMNS_F16C(columns_f16c_any, width_arg)
+
+typedef void (*columns_fn)(const uint16_t *, long, long, const uint16_t *, long, long, long, long, long, float *, long,
+                           const float *, const int16_t *, const uint8_t *, uint8_t *, int64_t *, int32_t *);
+
+/* One thread's share of the columns (each output element is formed by one thread alone, by the same code: the
+   results do not depend on how the columns are shared). */
+struct columns_job {
+    columns_fn fn;
+    const uint16_t *x, *w;
+    long x_stride, m, w_stride, n, k, kp, width, ldo;
+    float *out;
+    const float *xf;
+    const int16_t *xe;
+    const uint8_t *specials;
+    uint8_t *wspecial;
+    int64_t *totals;
+    int32_t *qmaxes;
+};
+
+static void *run_columns_job(void *arg) {
+    struct columns_job *J = arg;
+    J->fn(J->x, J->x_stride, J->m, J->w, J->w_stride, J->n, J->k, J->kp, J->width, J->out, J->ldo, J->xf, J->xe,
+          J->specials, J->wspecial, J->totals, J->qmaxes);
+    return NULL;
+}
+#endif
+
+#define MAX_THREADS 16
+#define THREAD_WORK (1L << 18)
+static int threads_wanted = 1;
+
+/* Threads a large matrix product's columns are shared among (1 to MAX_THREADS; a product gets one thread per
+   THREAD_WORK products at most). Returns the setting. */
+int set_threads(int threads) {
+    threads_wanted = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    return threads_wanted;
+}
+
+#if defined(__x86_64__)
+/* The columns shared among threads (see set_threads); one thread (this one) where the product is small, the
+   threads' scratch cannot be allocated or a thread cannot be started (its share then run here). */
+static void columns_threaded(columns_fn fn, const uint16_t *x, long x_stride, long m, const uint16_t *w,
+                             long w_stride, long n, long k, long kp, long width, float *out, const float *xf,
+                             const int16_t *xe, const uint8_t *specials, uint8_t *wspecial, int64_t *totals,
+                             int32_t *qmaxes) {
+    long tiles = kp / width, parts = threads_wanted, most = m * n * kp / THREAD_WORK;
+    if (parts > n) parts = n;
+    if (parts > most) parts = most;
+    unsigned char *scratch = parts > 1 ? malloc((sizeof(int64_t) + sizeof(int32_t) + 1) * tiles * (parts - 1)) : 0;
+    if (!scratch) {
+        fn(x, x_stride, m, w, w_stride, n, k, kp, width, out, n, xf, xe, specials, wspecial, totals, qmaxes);
+        return;
+    }
+    struct columns_job jobs[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    long share = (n + parts - 1) / parts;
+    for (long p = 0; p < parts; p++) {
+        long j0 = p * share < n ? p * share : n, j1 = j0 + share < n ? j0 + share : n;
+        unsigned char *mine = scratch + (sizeof(int64_t) + sizeof(int32_t) + 1) * tiles * (p ? p - 1 : 0);
+        jobs[p] = (struct columns_job){fn, x, w + j0 * w_stride, x_stride, m, w_stride, j1 - j0, k, kp, width, n,
+                                       out + j0, xf, xe, specials,
+                                       p ? mine + (sizeof(int64_t) + sizeof(int32_t)) * tiles : wspecial,
+                                       p ? (int64_t *)mine : totals,
+                                       p ? (int32_t *)(mine + sizeof(int64_t) * tiles) : qmaxes};
+    }
+    for (long p = 1; p < parts; p++)
+        started[p] = pthread_create(&ids[p], NULL, run_columns_job, &jobs[p]) == 0;
+    run_columns_job(&jobs[0]);
+    for (long p = 1; p < parts; p++) {
+        if (started[p]) pthread_join(ids[p], NULL);
+        else run_columns_job(&jobs[p]);
+    }
+    free(scratch);
+}
 #endif
 
 /* out[i * n + j] = dot_tiles(x[i, :], w[j, :], width): x: m rows of k FP16 words, row i at x + i * x_stride; w: n
@@ -328,11 +405,10 @@ static int accumulate(const uint16_t *x, long x_stride, long m, const uint16_t *
                 convert(x + i * x_stride, xf + i * kp, k);
                 for (long c = k; c < kp; c++) xf[i * kp + c] = 0.0f;
             }
-            void (*columns)(const uint16_t *, long, long, const uint16_t *, long, long, long, long, long, float *,
-                            const float *, const int16_t *, const uint8_t *, uint8_t *, int64_t *, int32_t *) =
-                width == 8 ? columns_f16c_8 : width == 16 ? columns_f16c_16 : width == 32 ? columns_f16c_32
-                : width == 64 ? columns_f16c_64 : columns_f16c_any;
-            columns(x, x_stride, m, w, w_stride, n, k, kp, width, out, xf, xe, specials, wspecial, totals, qmaxes);
+            columns_fn columns = width == 8 ? columns_f16c_8 : width == 16 ? columns_f16c_16
+                                 : width == 32 ? columns_f16c_32 : width == 64 ? columns_f16c_64 : columns_f16c_any;
+            columns_threaded(columns, x, x_stride, m, w, w_stride, n, k, kp, width, out, xf, xe, specials, wspecial,
+                             totals, qmaxes);
         } else
 #endif
         columns_scalar(x, x_stride, m, w, w_stride, n, k, kp, width, out, xs, xe, ws, we, specials, wspecial, totals,
@@ -445,7 +521,7 @@ int tree_matmul(const uint16_t *x, long x_stride, long m, const uint16_t *w, lon
     return 0;
 }
 """
-FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-fno-unsafe-math-optimizations"]
+FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-fno-unsafe-math-optimizations"]
 MAX_WIDTH = 1024
 
 _lock = threading.Lock()
@@ -524,6 +600,16 @@ def _cpu_features() -> str:
     return platform.machine() + "".join(lines)
 
 
+def _threads() -> int:
+    """Threads the matrix kernel shares a large product's columns among: RINGGPT_THREADS (default 1; the results are
+    the same for any number). Not more by default: on a busy machine (the 2-core one measured, shared) a second
+    thread made a 768 x 2096 decode product twice as slow in wall time, waiting for a core."""
+    try:
+        return max(1, int(os.environ.get("RINGGPT_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def library():
     """The loaded kernel library, or None (turned off, no compiler, build failed)."""
     global _lib, _tried, _rounds
@@ -544,6 +630,10 @@ def library():
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                        ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        fn = lib.set_threads
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int]
+        fn(_threads())
         fn = lib.elementwise
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p, ctypes.c_long, ctypes.c_long] * 3 + [

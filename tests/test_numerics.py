@@ -498,3 +498,27 @@ def test_vector_ops_compiled_equal_numpy_definition(op):
         for x, y in ((a, b), (b, a)) if op != "vscale_shift" and np.ndim(b) == np.ndim(a) else ((a, b),):
             got, want = run(x, y, c), reference(x, y, c)
             assert got.shape == want.shape and np.array_equal(bits(got), bits(want)), op
+
+
+def test_compiled_matmul_threads_give_the_same_results():
+    """hw/native.py shares a large product's columns among threads (set_threads): the results are those of one
+    thread, bit for bit, and those of the numpy definition (_matmul_acc_blocks), specials and ragged tiles included."""
+    from ringgpt.hw import native
+    if native.library() is None:
+        pytest.skip("no compiled kernel on this machine")
+    rng = np.random.default_rng(34)
+    x = rng.standard_normal((3, 700)).astype(np.float16)
+    w = (rng.standard_normal((700, 1001)) * 4).astype(np.float16)
+    x[1, 5], w[9, 17], w[300, 500] = np.inf, np.nan, -np.inf
+    wanted = native._threads()
+    try:
+        native.library().set_threads(1)
+        one = native.matmul_acc(x, w, 64)
+        for threads in (2, 3, 7):
+            native.library().set_threads(threads)
+            assert np.array_equal(native.matmul_acc(x, w, 64).view(np.uint32), one.view(np.uint32)), threads
+            assert np.array_equal(bits(native.matmul_fp16(x, w, 64)), bits(nm.to_fp16(one)))
+    finally:
+        native.library().set_threads(wanted)
+    cols = [0, 17, 500, 501, 1000]
+    assert np.array_equal(one[:, cols].view(np.uint32), nm._matmul_acc_blocks(x, w[:, cols], 64).view(np.uint32))
