@@ -231,18 +231,20 @@ __attribute__((target("avx2,f16c"), always_inline)) static inline int64_t tile_f
         const float *xf, const int16_t *xe, const uint16_t *w, long width, int32_t *qmax_out, uint8_t *special) {
     const __m256i top = _mm256_set1_epi16(0x1f), one = _mm256_set1_epi16(1), none = _mm256_set1_epi16(ZERO_EXP);
     const __m256i magnitude = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
-    __m256i qmax = zero, inf_nan = zero;
+    __m256i qmax = zero, tmax = zero;
     long r = 0;
     for (; r + 16 <= width; r += 16) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)(w + r));
-        __m256i e = _mm256_and_si256(_mm256_srli_epi16(h, 10), top);
-        inf_nan = _mm256_or_si256(inf_nan, _mm256_cmpeq_epi16(e, top));
-        __m256i q = _mm256_add_epi16(_mm256_max_epi16(e, one), _mm256_loadu_si256((const __m256i *)(xe + r)));
-        q = _mm256_blendv_epi8(q, none, _mm256_cmpeq_epi16(_mm256_and_si256(h, magnitude), zero));
-        qmax = _mm256_max_epi16(qmax, q);
+        /* t: the weight's magnitude bits (its largest >= 0x7C00: an Inf or NaN); a zero weight's q is set to 0, which
+           leaves the max as it is (qmax starts at 0; every nonzero product has q >= 2) */
+        __m256i t = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(w + r)), magnitude);
+        tmax = _mm256_max_epu16(tmax, t);
+        __m256i q = _mm256_add_epi16(_mm256_max_epi16(_mm256_srli_epi16(t, 10), one),
+                                     _mm256_loadu_si256((const __m256i *)(xe + r)));
+        qmax = _mm256_max_epi16(qmax, _mm256_andnot_si256(_mm256_cmpeq_epi16(t, zero), q));
     }
     __m128i m8 = _mm_max_epi16(_mm256_castsi256_si128(qmax), _mm256_extracti128_si256(qmax, 1));
-    __m128i spec8 = _mm_or_si128(_mm256_castsi256_si128(inf_nan), _mm256_extracti128_si256(inf_nan, 1));
+    __m128i spec8 = _mm_cmpgt_epi16(_mm_max_epu16(_mm256_castsi256_si128(tmax), _mm256_extracti128_si256(tmax, 1)),
+                                    _mm_set1_epi16(0x7bff));
     if (r < width) {  /* the last 8 lanes of a width not a multiple of 16 */
         __m128i h = _mm_loadu_si128((const __m128i *)(w + r));
         __m128i e = _mm_and_si128(_mm_srli_epi16(h, 10), _mm256_castsi256_si128(top));
