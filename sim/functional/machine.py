@@ -21,6 +21,7 @@ from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, mi
 from ringgpt.sim.functional.errors import StepLimitError
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
+_NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
 _SPACE_NAMES = {Space.ABUF: "ABUF", Space.WBUF: "WBUF", Space.HBM: "HBM", Space.HOST: "the host buffer"}
 
 
@@ -315,8 +316,9 @@ class Card:
             return
         self._check_alignment(r)
         scores = self._products(r)
-        masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
-        scores[masked] = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
+        if r.n > r.pos + 1:  # some column lies beyond its row's position (none in a decode step: n = pos + 1)
+            masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
+            scores[masked] = _NEG_INF
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, scores)
         self.write("aux", r.aux, r.rows, 1, r.aux_stride, numerics.reduce_max(scores, axis=1)[:, None])
 
