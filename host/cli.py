@@ -347,7 +347,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     from rich.console import Console
     from rich.text import Text
 
-    from ringgpt.host import check
+    from ringgpt.host import check, check_report
     from ringgpt.host.compiler import compile_model
     from ringgpt.host.device import open_device
     from ringgpt.host.reference.models import load_model
@@ -368,7 +368,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
         report = check.check_layers(net, image, device, prompt_ids, decode_steps=steps)
     finally:
         device.close()
-    out.print(check.report_table(report, all_runs=all_runs, title=f"ringgpt check: {model} on {arch.name}"))
+    out.print(check_report.report_table(report, all_runs=all_runs, title=f"ringgpt check: {model} on {arch.name}"))
     if report.missing:
         what = ("not probed by this image" if report.method == "run_watched"
                 else "not compared (layer dispatch reads the embedding, each layer's output and the logits)")
@@ -376,7 +376,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     verdict = report.verdict()
     out.print(Text(verdict, style="bold green" if report.passed else "bold red"), soft_wrap=True)
     if json_path:
-        _write_atomically(json_path, lambda tmp: check.write_json(report, tmp))
+        _write_atomically(json_path, lambda tmp: check_report.write_json(report, tmp))
     if not report.passed:
         sys.exit(EXIT_CHECK_FAILED)
 

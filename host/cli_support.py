@@ -269,7 +269,7 @@ def arch_config(config_name: str, cards: int | None):
 
 
 CHECK_REPORT_MARK = {"kind": "ringgpt check report"}
-"""The field that marks the JSON report of `ringgpt check --json` (check.write_json writes it): a later --json may
+"""The field that marks the JSON report of `ringgpt check --json` (check_report.write_json writes it): a later --json may
 replace a file that has it, and no other file."""
 
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from test_reference_support import TINY
 
-from ringgpt.host import check, cli, device
+from ringgpt.host import check, check_report, cli, device
 from ringgpt.host.compiler import compile_model
 from ringgpt.host.device import (AddressFault, CollectiveMismatchError, Device, IllegalInstructionFault, NotLoadedError,
                                  ProgramsUnsupportedError)
@@ -234,7 +234,7 @@ def test_check_layers_compares_by_layer_dispatch_where_a_device_cannot_watch():
     for result in report.results:  # the same values as run_watched's, so the same errors
         twin = same[(result.run, result.name, result.card)]
         assert (result.rel_rms, result.max_abs, result.pc) == (twin.rel_rms, twin.max_abs, twin.pc)
-    assert check.report_dict(report)["method"] == "layer dispatch"
+    assert check_report.report_dict(report)["method"] == "layer dispatch"
 
 
 class FakeRtl(NoWatch):
