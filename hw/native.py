@@ -8,7 +8,7 @@ tests/test_numerics.py checks it bit for bit against `numerics._matmul_acc_block
 special and subnormal values), and those remain the fallback.
 
 The C source is compiled on first use with the system C compiler (the project already needs one for Verilator;
-`build`, which the sampler's kernel in host/reference/weights.py uses too) into $RINGGPT_CACHE_DIR/native
+`build`, which the sampler's kernel in host/reference/draw.py uses too) into $RINGGPT_CACHE_DIR/native
 (default ~/.cache/ringgpt/native), keyed by the source's hash, with
 -ffp-contract=off (no fused multiply-add) and without -ffast-math (IEEE binary32, round to nearest even,
 gradual underflow). RINGGPT_NATIVE=0 turns it off; a missing compiler or a failed build falls back to numpy; a
