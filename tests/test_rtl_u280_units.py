@@ -75,14 +75,6 @@ def _bits(rng, width: int) -> int:
     return int.from_bytes(rng.bytes(-(-width // 8)), "little") & ((1 << width) - 1)
 
 
-def _tile_read_cycles():
-    try:
-        from ringgpt.hw.banks import tile_read_cycles
-    except ImportError:
-        from ringgpt.hw.core.buffers import tile_read_cycles
-    return tile_read_cycles
-
-
 def _simulate(buf, testbench):
     import sys
 
@@ -182,7 +174,7 @@ def test_u280_tile_port_reads_every_lane_in_the_counted_cycles(port):
     rng = np.random.default_rng(29)
     model = rng.integers(0, 1 << 16, words)
     wrong, counted = [], []
-    tile_read_cycles = _tile_read_cycles()
+    from ringgpt.hw.banks import tile_read_cycles
 
     def request():
         kind = rng.integers(5)
