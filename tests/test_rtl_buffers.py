@@ -5,8 +5,17 @@ bank wrapping to the next row, the buffer's end, addresses past it), with random
 returns the words one cycle after its address, every write lands where en and mask say, the later write
 port wins on a shared word, and nothing past the end is written (every word is read back at the end). Fails if the chunk placement, the
 shift, the word enables or the row of the second chunk were wrong (each was checked by breaking it).
+
+The word-array, tile-port and grant tests run at small geometries (8-word chunks over 2 to 5 memories, seconds)
+and at the `u280` preset's own (issue 32, "safety net first": its 17 memories of 64-word chunks and its units'
+port widths, from `get_config("u280")`; cases `[u280...]`, half a minute to two minutes together on the 2-core
+machine, by its load): the port logic is the same code at either width, but only the u280 cases build its 17-memory
+crossbars, 64-word shifts and wide masks. The u280 buffers' depths are small (a depth changes only the row address
+widths, not the port logic).
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +31,32 @@ READS = {"r_wide": 8, "r_odd": 3, "r_one": 1}
 WRITES = {"w_wide": 8, "w_odd": 5, "w_one": 1}
 
 
+def _u280_geometry():
+    """The u280 preset's config, its buffers' chunk (64 words) and memories (17)."""
+    cfg = get_config("u280")
+    return cfg, cfg.buffer_chunk_words, cfg.buffer_banks
+
+
+def _bits(rng, width: int) -> int:
+    """`width` random bits (masks wider than NumPy's 64-bit integers: a u280 port's 64 words)."""
+    return int.from_bytes(rng.bytes(-(-width // 8)), "little") & ((1 << width) - 1)
+
+
+def _simulate(buf, testbench):
+    """Runs `testbench` against `buf` in Amaranth's simulator (one clock)."""
+    # Amaranth's simulator writes its values into Python source as decimal literals: a 17-lane tile port's data
+    # (17 x 64 x 16 bits) is past Python's 4,300-digit limit on int-to-string conversion
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        sim = Simulator(buf)
+        sim.add_clock(1e-8)
+        sim.add_testbench(testbench)
+        sim.run()
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
 def _address(rng, words: int, width: int, chunk: int) -> int:
     kind = rng.integers(6)
     if kind == 0:                                   # straddles a chunk boundary
@@ -33,60 +68,70 @@ def _address(rng, words: int, width: int, chunk: int) -> int:
     return int(rng.integers(0, words))
 
 
-@pytest.mark.parametrize("banks", [2, 4, 5])
+def _word_array_case(banks):
+    """(chunk, banks, words, read ports, write ports, cycles, fill cycles, seed) of the word-array test: 8-word
+    chunks over `banks` memories, or "u280"."""
+    if banks == "u280":
+        _, chunk, banks = _u280_geometry()
+        return (chunk, banks, 40 * chunk, {"r_wide": chunk, "r_odd": 37, "r_one": 1},
+                {"w_wide": chunk, "w_odd": 41, "w_one": 1}, 160, 46, 17)
+    return 8, banks, 256, READS, WRITES, 400, 32, banks
+
+
+@pytest.mark.parametrize("banks", [2, 4, 5, "u280"])
 def test_banked_buffer_matches_a_word_array(banks):
-    words, chunk, cycles = 256, 8, 400
-    buf = BankedBuffer(words, chunk=chunk, banks=banks, reads=READS, writes=WRITES)
-    rng = np.random.default_rng(banks)
+    """Three read ports and three write ports (the module docstring) over 32 chunks of 8 words in 2, 4 or 5
+    memories (ports of 8, 3 and 1 words read, 8, 5 and 1 written; 400 cycles), and at u280's geometry over 40
+    chunks of 64 words in its 17 memories (ports of 64, 37 and 1 words read, 64, 41 and 1 written; the last row of
+    the memories partial, memory 16's chunk wrapping to memory 0's next row; 160 cycles, as each costs far more).
+    The first cycles write every chunk whole (the fill: the reads see written words), then the writes go to any
+    address with random masks half the time."""
+    chunk, banks, words, reads, writes, cycles, fill, seed = _word_array_case(banks)
+    buf = BankedBuffer(words, chunk=chunk, banks=banks, reads=reads, writes=writes)
+    rng = np.random.default_rng(seed)
     model = np.zeros(words, dtype=np.int64)
     wrong = []
 
     async def testbench(ctx):
         for cycle in range(cycles):
-            reads = {name: _address(rng, words, width, chunk) for name, width in READS.items()}
-            for name, addr in reads.items():
+            addrs = {name: _address(rng, words, width, chunk) for name, width in reads.items()}
+            for name, addr in addrs.items():
                 ctx.set(getattr(buf, name).addr, addr)
-            writes = {}
-            for name, width in WRITES.items():
-                port = getattr(buf, name)
-                en = cycle > 20 and rng.random() < 0.7  # fill first, then mix
-                addr = _address(rng, words, width, chunk) if cycle > 20 else int(rng.integers(0, words))
-                mask = int(rng.integers(0, 1 << width)) if rng.random() < 0.5 else (1 << width) - 1
+            landed = {}
+            for name, width in writes.items():
+                port, filling = getattr(buf, name), cycle < fill
+                en = filling or rng.random() < 0.7      # fill first, then mix
+                addr = cycle * chunk % words if filling else _address(rng, words, width, chunk)
+                mask = _bits(rng, width) if rng.random() < 0.5 and not filling else (1 << width) - 1
                 values = [int(v) for v in rng.integers(0, 1 << 16, width)]
-                ctx.set(port.en, en)
-                ctx.set(port.addr, addr)
-                ctx.set(port.mask, mask)
-                ctx.set(port.data, values)
+                for member, value in (("en", en), ("addr", addr), ("mask", mask), ("data", values)):
+                    ctx.set(getattr(port, member), value)
                 if en:
-                    writes[name] = (addr, mask, values)
+                    landed[name] = (addr, mask, values)
             await ctx.tick()
-            for name, addr in reads.items():        # the words before this cycle's writes
-                if addr + READS[name] <= words:
-                    got = list(ctx.get(getattr(buf, name).data))
-                    expected = [int(model[addr + i]) for i in range(READS[name])]
+            for name, addr in addrs.items():            # the words before this cycle's writes
+                if addr + reads[name] <= words:
+                    got = [int(v) for v in ctx.get(getattr(buf, name).data)]
+                    expected = [int(v) for v in model[addr:addr + reads[name]]]
                     if got != expected:
                         wrong.append((cycle, name, addr, got, expected))
-            for name in WRITES:                     # later ports win: apply in order
-                if name in writes:
-                    addr, mask, values = writes[name]
+            for name in writes:                         # later ports win: apply in order
+                if name in landed:
+                    addr, mask, values = landed[name]
                     for i, value in enumerate(values):
                         if mask >> i & 1 and addr + i < words:
                             model[addr + i] = value
-        ctx.set(buf.w_wide.en, 0)
-        ctx.set(buf.w_odd.en, 0)
-        ctx.set(buf.w_one.en, 0)
-        for addr in range(0, words, READS["r_wide"]):   # then every word
+        for name in writes:
+            ctx.set(getattr(buf, name).en, 0)
+        for addr in range(0, words, reads["r_wide"]):   # then every word
             ctx.set(buf.r_wide.addr, addr)
             await ctx.tick()
-            got = list(ctx.get(buf.r_wide.data))
-            expected = [int(v) for v in model[addr:addr + READS["r_wide"]]]
+            got = [int(v) for v in ctx.get(buf.r_wide.data)]
+            expected = [int(v) for v in model[addr:addr + reads["r_wide"]]]
             if got != expected:
                 wrong.append(("dump", addr, got, expected))
 
-    sim = Simulator(buf)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(buf, testbench)
     assert not wrong, wrong[:3]
 
 
@@ -113,23 +158,47 @@ async def _fill(ctx, port, model, chunk: int) -> int:
     return len(model) // chunk
 
 
-@pytest.mark.parametrize("lane_words, aligned", [(8, (False,) * 4), (8, (True, True, False, False)),
-                                                 (4, (True, True, True, False))])
-def test_tile_port_reads_every_lane_in_the_counted_cycles(lane_words, aligned):
-    """A TileReadPort of 4 lanes x `lane_words` words over 5 banks of 8-word chunks: lane addresses a stride apart
-    (0, one chunk, a multiple of the banks' chunks: all in one bank, unaligned) or at random, random lane enables
-    and `single` lanes (one word wanted), one lane 3 words wide; `aligned` lanes' addresses rounded down to a
-    multiple of lane_words (a 4-word aligned lane is either half of its chunk); the request is held until `ready`,
-    the cycles it took equal tile_read_cycles (a single lane reading 1 word), and every enabled lane's wanted words
-    arrive the cycle after and stay while the addresses are held with no lane enabled; a lane that keeps its last
-    address and `single`, not enabled, gives its words again (read by neither the request nor its cycles). Fails
-    if a part were served from the wrong row or bank, the second chunk skipped, `single` ignored, `ready` raised
-    early, or an aligned lane given the wrong half of its row (each was checked by breaking it)."""
-    words, chunk, banks, lanes = 512, 8, 5, 4
-    widths = np.array([lane_words, lane_words, lane_words, 3])   # the last lane needs 3 words (as a bias lane)
-    buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk},
-                       tiles={"tile": TileReadPort(lanes, lane_words, tuple(int(w) for w in widths), aligned)})
-    rng = np.random.default_rng(7)
+def _tile_case(port):
+    """(chunk, banks, words, the tile port, requests, seed, the cycles the slowest request reaches at least) of the
+    tile port test: `port` is (lane words, aligned lanes) of a 4-lane port over 5 memories of 8-word chunks, its last
+    lane 3 words wide (as a bias lane), or a u280 unit's port over its 17 memories of 64-word chunks (4 periods of
+    them): the matrix unit's WBUF port ("u280-matrix_wbuf": 16 aligned weight lanes of 64 words and the bias lane of
+    16 words at any address) or the vector unit's ABUF port ("u280-vector_abuf": 3 lanes of 64 words at any
+    address). The small port's slowest request has all 4 lanes in one memory; the u280 ports reach 3 cycles (the
+    matrix port's 17 lanes a period apart would run past the buffer, so its stride becomes one chunk)."""
+    if isinstance(port, tuple):
+        lane_words, aligned = port
+        return 8, 5, 512, TileReadPort(4, lane_words, (lane_words,) * 3 + (3,), aligned), 300, 7, 4
+    cfg, chunk, banks = _u280_geometry()
+    if port == "u280-matrix_wbuf":
+        tile = TileReadPort(cfg.mpu_lanes + 1, chunk, (chunk,) * cfg.mpu_lanes + (cfg.mpu_lanes,),
+                            aligned=(True,) * cfg.mpu_lanes + (False,))
+    else:
+        tile = TileReadPort(3, chunk)
+    return chunk, banks, 4 * banks * chunk, tile, 120, 29, 3
+
+
+@pytest.mark.parametrize("port", [pytest.param((8, (False,) * 4), id="8-unaligned"),
+                                  pytest.param((8, (True, True, False, False)), id="8-two_aligned"),
+                                  pytest.param((4, (True, True, True, False)), id="4-three_aligned"),
+                                  "u280-matrix_wbuf", "u280-vector_abuf"])
+def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
+    """A TileReadPort (`_tile_case`): 4 lanes of 8 or 4 words over 5 memories of 8-word chunks, 300 requests; and
+    the ports the u280 units use over 17 memories of 64-word chunks, 120 requests (each costs far more): lane
+    addresses a stride apart (0, one chunk, a multiple of the memories' chunks: all in one memory, unaligned; a
+    stride that would run past the buffer becomes one chunk) or at random, random lane enables and `single` lanes
+    (one word wanted, on any lane), the small and matrix ports' last lane narrower (a bias lane); `aligned` lanes'
+    addresses rounded down to a multiple of their words (a 4-word aligned lane is either half of its chunk); the
+    request is held until `ready`, the cycles it took equal tile_read_cycles (a single lane reading 1 word), and
+    every enabled lane's wanted words arrive the cycle after and stay while the addresses are held with no lane
+    enabled; a lane that keeps its last address and `single`, not enabled, gives its words again (read by neither
+    the request nor its cycles). Fails if a part were served from the wrong row or bank, the second chunk skipped,
+    `single` ignored, `ready` raised early, or an aligned lane given the wrong half of its row (each was checked by
+    breaking it, at 8-word chunks)."""
+    chunk, banks, words, tile, requests, seed, slowest = _tile_case(port)
+    lanes, widths, aligned = tile.lanes, np.array(tile.widths), np.array(tile.aligned)
+    buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk}, tiles={"tile": tile})
+    rng = np.random.default_rng(seed)
     model = rng.integers(0, 1 << 16, words)
     wrong, counted = [], []
 
@@ -139,15 +208,17 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(lane_words, aligned):
             starts = rng.integers(0, words - chunk, lanes)
         else:
             stride = [0, chunk, banks * chunk, int(rng.integers(1, 3 * chunk))][kind]
+            if (lanes - 1) * stride > words - 2 * chunk:
+                stride = chunk
             base = int(rng.integers(0, words - chunk - (lanes - 1) * stride))
             starts = base + stride * np.arange(lanes)
-        starts = np.where(aligned, starts // lane_words * lane_words, starts)
+        starts = np.where(aligned, starts // tile.words * tile.words, starts)
         return starts, rng.random(lanes) < 0.85, rng.random(lanes) < 0.25
 
     async def testbench(ctx):
         await _fill(ctx, buf.fill, model, chunk)
         last = None         # the previous request: a lane may keep its address, not enabled, and its rows
-        for _ in range(300):
+        for _ in range(requests):
             starts, enabled, single = request()
             kept = np.zeros(lanes, bool)
             if last is not None and rng.random() < 0.4:
@@ -178,12 +249,9 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(lane_words, aligned):
                     if got != [int(v) for v in model[starts[lane]:starts[lane] + wanted]]:
                         wrong.append(("data", list(starts), lane, got))
 
-    sim = Simulator(buf)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(buf, testbench)
     assert not wrong, wrong[:3]
-    assert max(counted) >= lanes and min(counted) == 1     # the cases reached both ends
+    assert max(counted) >= slowest and min(counted) == 1   # the cases reached both ends
 
 
 SHARED_READS = {"s_wide": 8, "s_odd": 3, "s_beat": 8}
@@ -215,26 +283,39 @@ def _write_granted(lane_touches: list, lane_urgent: list, unit_touches: list, un
     return ready[:-1], [not ask or (k == chosen and ready[-1]) for k, ask in enumerate(unit_asks)]
 
 
-@pytest.mark.parametrize("banks", [2, 5])
+def _grant_case(banks):
+    """(chunk, banks, words, shared reads, shared writes, cycles, seed, least refused and granted) of the grant test:
+    8-word chunks over `banks` memories, or "u280": its 17 memories of 64-word chunks, the shared reads of 64 and
+    37 words and a 32-word HBM beat, the shared writes of 64 and 37 words, 150 cycles (each costs far more)."""
+    if banks == "u280":
+        _, chunk, banks = _u280_geometry()
+        return (chunk, banks, 3 * banks * chunk, {"s_wide": chunk, "s_odd": 37, "s_beat": 32},
+                {"sw_wide": chunk, "sw_odd": 37}, 150, 41, (40, 150))
+    return 8, banks, 256, SHARED_READS, SHARED_WRITES, 500, banks + 10, (50, 200)
+
+
+@pytest.mark.parametrize("banks", [2, 5, "u280"])
 def test_shared_ports_grant_in_priority_order(banks):
-    """Three SharedReadPorts, and three RowWritePorts (of two, one and two chunks), a BankWritePort (a row per
-    memory, each its own requester) and two SharedWritePorts, over one read and one write port per memory: random
-    requests (often several on one memory; a shared write claims its whole window, mask or not), some urgent,
-    against a word array; `ready` is exactly the grant (reads: no requester granted before it, urgent ones first,
-    on one of the memories it touches; writes: the row and shared writes take turns for one unit write, granted
-    after the engine rows, `_write_granted`), every granted read returns its
-    words the cycle after, every granted row write lands (word enables, both chunks, nothing past the end) and
-    nothing else does; every word is read back at the end. Fails if a memory served the wrong requester or row,
-    a chunk were placed in the wrong memory, or an ungranted write landed (each was checked by breaking it)."""
-    words, chunk, cycles = 256, 8, 500
+    """Over 32 chunks of 8 words in 2 or 5 memories (500 cycles), and at u280's geometry over 51 chunks of 64 words
+    in its 17 memories (150 cycles; its units' widths, `_grant_case`): three SharedReadPorts, and three
+    RowWritePorts (of two, one and two chunks), a BankWritePort (a row per memory, each its own requester: the DMA
+    engines' crossbar) and two SharedWritePorts, over one read and one write port per memory: random requests (often
+    several on one memory; a shared write claims its whole window, mask or not), some urgent, against a word array;
+    `ready` is exactly the grant (reads: no requester granted before it, urgent ones first, on one of the memories
+    it touches; writes: the row and shared writes take turns for one unit write, granted after the engine rows,
+    `_write_granted`), every granted read returns its words the cycle after, every granted row write lands (word
+    enables, both chunks, nothing past the end) and nothing else does; every word is read back at the end. Fails if
+    a memory served the wrong requester or row, a chunk were placed in the wrong memory, or an ungranted write
+    landed (each was checked by breaking it)."""
+    chunk, banks, words, shared_reads, shared_writes, cycles, seed, least = _grant_case(banks)
     chunks = words // chunk
     held = -(-chunks // banks)                      # rows a memory holds
     lanes = [f"bank_write{b}" for b in range(banks)]
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={"check": chunk}, writes={},
-                       shared_reads=SHARED_READS, row_writes=ROW_WRITES, bank_writes=["bank_write"],
-                       shared_writes=SHARED_WRITES)
-    write_names = [*ROW_WRITES, *lanes, *SHARED_WRITES]
-    rng = np.random.default_rng(banks + 10)
+                       shared_reads=shared_reads, row_writes=ROW_WRITES, bank_writes=["bank_write"],
+                       shared_writes=shared_writes)
+    write_names = [*ROW_WRITES, *lanes, *shared_writes]
+    rng = np.random.default_rng(seed)
     model = np.zeros(words, dtype=np.int64)
     wrong, grants = [], {"read": [0, 0], "write": [0, 0]}
 
@@ -242,7 +323,7 @@ def test_shared_ports_grant_in_priority_order(banks):
         for cycle in range(cycles):
             hot = int(rng.integers(0, chunks))          # requests cluster on a few chunks, so they collide
             read_touch, reads = [], {}
-            for name, width in SHARED_READS.items():
+            for name, width in shared_reads.items():
                 port, en = getattr(buf, name), bool(rng.random() < 0.8)
                 addr = (hot * chunk + int(rng.integers(-chunk, 2 * chunk))) % words if rng.random() < 0.6 else \
                     _address(rng, words, width, chunk)
@@ -256,7 +337,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                 port, en = getattr(buf, name), bool(rng.random() < 0.8 and cycle > 3)
                 first = (hot + int(rng.integers(-1, 2))) % chunks if rng.random() < 0.6 else \
                     int(rng.choice([rng.integers(0, chunks), chunks - 1, chunks]))
-                mask = int(rng.integers(0, 1 << rows * chunk)) if rng.random() < 0.7 else \
+                mask = _bits(rng, rows * chunk) if rng.random() < 0.7 else \
                     [(1 << chunk) - 1, ((1 << chunk) - 1) << chunk, 0][int(rng.integers(3))] & ((1 << rows * chunk) - 1)
                 values = [int(v) for v in rng.integers(0, 1 << 16, rows * chunk)]
                 ctx.set(port.en, en)
@@ -272,7 +353,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                 en = bool(rng.random() < 0.6 and cycle > 3)
                 row = (hot // banks + int(rng.integers(-1, 2))) % held if rng.random() < 0.6 else \
                     int(rng.choice([rng.integers(0, held), held - 1, held]))
-                mask = int(rng.integers(0, 1 << chunk))
+                mask = _bits(rng, chunk)
                 values = [int(v) for v in rng.integers(0, 1 << 16, chunk)]
                 lane_en |= en << b
                 lane_rows.append(row)
@@ -282,11 +363,11 @@ def test_shared_ports_grant_in_priority_order(banks):
                 write_touch.append({b} if en else set())
             for member, value in (("en", lane_en), ("row", lane_rows), ("mask", lane_masks), ("data", lane_values)):
                 ctx.set(getattr(buf.bank_write, member), value)
-            for name, width in SHARED_WRITES.items():       # the words at any address; they claim their window
+            for name, width in shared_writes.items():       # the words at any address; they claim their window
                 port, en = getattr(buf, name), bool(rng.random() < 0.6 and cycle > 3)
                 addr = (hot * chunk + int(rng.integers(-chunk, 2 * chunk))) % words if rng.random() < 0.6 else \
                     _address(rng, words, width, chunk)
-                mask = int(rng.integers(0, 1 << width))
+                mask = _bits(rng, width)
                 values = [int(v) for v in rng.integers(0, 1 << 16, width)]
                 ctx.set(port.en, en)
                 unit_asks[name] = en
@@ -295,13 +376,13 @@ def test_shared_ports_grant_in_priority_order(banks):
                 ctx.set(port.data, values)
                 writes[name] = (addr // chunk, (mask << addr % chunk), [0] * (addr % chunk) + values)
                 write_touch.append({c % banks for c in {addr // chunk, (addr + width - 1) // chunk}} if en else set())
-            urgent = {name: bool(rng.random() < 0.3) for name in [*SHARED_READS, *write_names]}
+            urgent = {name: bool(rng.random() < 0.3) for name in [*shared_reads, *write_names]}
             for name, value in urgent.items():
                 if name not in lanes:
                     ctx.set(getattr(buf, name).urgent, value)
             ctx.set(buf.bank_write.urgent, sum(urgent[name] << b for b, name in enumerate(lanes)))
-            read_ready = _granted(read_touch, [urgent[name] for name in SHARED_READS])
-            unit_names = [*ROW_WRITES, *SHARED_WRITES]
+            read_ready = _granted(read_touch, [urgent[name] for name in shared_reads])
+            unit_names = [*ROW_WRITES, *shared_writes]
             lane_ready, unit_ready = _write_granted(
                 [write_touch[write_names.index(n)] for n in lanes], [urgent[n] for n in lanes],
                 [write_touch[write_names.index(n)] for n in unit_names], [unit_asks[n] for n in unit_names],
@@ -309,7 +390,7 @@ def test_shared_ports_grant_in_priority_order(banks):
             write_ready = [lane_ready[lanes.index(n)] if n in lanes else unit_ready[unit_names.index(n)]
                            for n in write_names]
             lane_bits = ctx.get(buf.bank_write.ready)
-            for kind, names, expected, touches in (("read", SHARED_READS, read_ready, read_touch),
+            for kind, names, expected, touches in (("read", shared_reads, read_ready, read_touch),
                                                    ("write", write_names, write_ready, write_touch)):
                 for name, ready, touch in zip(names, expected, touches):
                     got = bool(lane_bits >> lanes.index(name) & 1 if name in lanes else ctx.get(getattr(buf, name).ready))
@@ -318,7 +399,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                     if touch:
                         grants[kind][ready] += 1
             await ctx.tick()
-            for (name, width), ready, touch in zip(SHARED_READS.items(), read_ready, read_touch):
+            for (name, width), ready, touch in zip(shared_reads.items(), read_ready, read_touch):
                 addr = reads[name]
                 if touch and ready and addr + width <= words:   # the words before this cycle's writes
                     got = [int(v) for v in ctx.get(getattr(buf, name).data)]
@@ -330,7 +411,7 @@ def test_shared_ports_grant_in_priority_order(banks):
                     for i, value in enumerate(values):
                         if mask >> i & 1 and first * chunk + i < words:
                             model[first * chunk + i] = value
-        for name in [*SHARED_READS, *ROW_WRITES, "bank_write", *SHARED_WRITES]:
+        for name in [*shared_reads, *ROW_WRITES, "bank_write", *shared_writes]:
             ctx.set(getattr(buf, name).en, 0)
         for addr in range(0, words, chunk):             # then every word
             ctx.set(buf.check.addr, addr)
@@ -339,13 +420,10 @@ def test_shared_ports_grant_in_priority_order(banks):
             if got != [int(v) for v in model[addr:addr + chunk]]:
                 wrong.append(("dump", addr, got))
 
-    sim = Simulator(buf)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(buf, testbench)
     assert not wrong, wrong[:3]
     for kind, (refused, granted) in grants.items():     # both outcomes happened often
-        assert refused > 50 and granted > 200, (kind, refused, granted)
+        assert refused > least[0] and granted > least[1], (kind, refused, granted)
 
 
 def test_tile_ports_and_shared_reads_share_one_read_port_per_memory():
@@ -437,10 +515,7 @@ def test_tile_ports_and_shared_reads_share_one_read_port_per_memory():
                             wrong.append((cycle, name, lane, "data", got))
                     requests[name] = None
 
-    sim = Simulator(buf)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(buf, testbench)
     assert not wrong, wrong[:3]
     assert min(outcomes.values()) > 50, outcomes    # every outcome happened often
 
