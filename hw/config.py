@@ -50,6 +50,11 @@ class ArchConfig:
     """Multipliers per lane, summed by the block-aligned MAC tree (numerics.tile_sums; DFX: d = 64)."""
     vector_width: int
     """Vector-unit lanes: FP16 elements per cycle."""
+    special_lanes: int
+    """Vector-unit lanes with the special functions (exp, recip, rsqrt, GELU; numerics.special): a special-function
+    instruction takes special_lanes elements per cycle (hw/core/timing.py, `VectorTiming.step_words`). A power of
+    two dividing vector_width: one 345M layer applies them to a few thousand values a token, against 12.6 million
+    MACs (docs/architecture.md, "Special-function lanes")."""
     clock_mhz: float
     abuf_words: int
     """Activation buffer (activations, scores, row statistics)."""
@@ -116,8 +121,10 @@ class ArchConfig:
                 raise ConfigError(f"config {self.name!r}: {message}")
 
         require(1 <= self.cards <= MAX_CARDS, f"cards must be 1..{MAX_CARDS}, got {self.cards}")
-        for field in ("mpu_lanes", "mac_width", "vector_width"):
+        for field in ("mpu_lanes", "mac_width", "vector_width", "special_lanes"):
             require(_power_of_two(getattr(self, field)), f"{field} must be a power of two, got {getattr(self, field)}")
+        require(self.special_lanes <= self.vector_width,
+                f"special_lanes must be at most vector_width ({self.vector_width}), got {self.special_lanes}")
         require(self.clock_mhz > 0, f"clock_mhz must be positive, got {self.clock_mhz}")
         require(self.hbm_port_bits % 16 == 0 and self.hbm_port_bits > 0,
                 f"hbm_port_bits must be a positive multiple of 16, got {self.hbm_port_bits}")
@@ -259,7 +266,7 @@ class ArchConfig:
 PRESETS: dict[str, ArchConfig] = {
     # Small enough that RTL simulation of a whole layer takes seconds.
     "sim-small": ArchConfig(
-        name="sim-small-x1", cards=1, mpu_lanes=4, mac_width=8, vector_width=8, clock_mhz=100.0,
+        name="sim-small-x1", cards=1, mpu_lanes=4, mac_width=8, vector_width=8, special_lanes=2, clock_mhz=100.0,
         abuf_words=1 << 18, wbuf_words=1 << 19, hbm_channels=4, hbm_port_bits=128,
         hbm_channel_mbytes=64, hbm_peak_gbps=6.4, hbm_efficiency=0.9, hbm_latency_cycles=32,
         host_link_gbps=12.0, launch_overhead_us=10.0, ring_link_gbps=12.1, ring_phy_ns=260.0, ring_cdc_cycles=8,
@@ -274,7 +281,7 @@ PRESETS: dict[str, ArchConfig] = {
     # two weight slots of the rest (3.25 MiB each) keep the weight stream going through attention,
     # where 2 MiB slots stall it; QSFP28 ring links at 100 Gb/s less 3% Aurora framing.
     "u280": ArchConfig(
-        name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, clock_mhz=250.0,
+        name="u280-x1", cards=1, mpu_lanes=16, mac_width=64, vector_width=64, special_lanes=16, clock_mhz=250.0,
         abuf_words=1 << 21, wbuf_words=17 << 18, hbm_channels=32, hbm_port_bits=512,
         hbm_channel_mbytes=256, hbm_peak_gbps=460.0, hbm_efficiency=0.9, hbm_latency_cycles=64,
         host_link_gbps=12.0, launch_overhead_us=30.0, ring_link_gbps=12.1, queue_depth=4),

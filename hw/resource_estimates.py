@@ -144,7 +144,7 @@ def unit_parts(cfg) -> dict:
     if L >= 2:
         matrix.append((f"MaxTreeCore({L})", lambda: MaxTreeCore(L), 1))
     vector = [("FP16MulCore", FP16MulCore, 2 * V), ("FP32AddCore", FP32AddCore, V), ("ToFP16Core", ToFP16Core, V + 1),
-              *[(f"SpecialFunctionCore({fn})", lambda fn=fn: SpecialFunctionCore(fn), V)
+              *[(f"SpecialFunctionCore({fn})", lambda fn=fn: SpecialFunctionCore(fn), cfg.special_lanes)
                 for fn in ("exp", "recip", "rsqrt", "gelu")],
               (f"MacTreeCore({V})", lambda: MacTreeCore(V), 1), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), 1),
               (f"MaxTreeCore({V})", lambda: MaxTreeCore(V), 1)]

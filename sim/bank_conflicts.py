@@ -28,6 +28,7 @@ from ringgpt.hw import hbm
 from ringgpt.hw.banks import memory_of, period
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.sim.cycle_model.costs import instruction_cost
+from ringgpt.sim.cycle_model.timing import unit_timing
 from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles, vector_operands, vector_stall_cycles, weight_beat_cycles
 
 SCHEMES = {"pow2": (16, lambda c: c % 16), "skew": (16, lambda c: (c + c // 16) % 16), "prime": (None, None)}
@@ -43,7 +44,8 @@ def program_figures(cfg, run) -> dict:
     for r in run:
         if r is not None and OPCODES[r.op].unit is Unit.VECTOR and r.rows and r.n:
             out["vector_cycles"] += instruction_cost(r, cfg).cycles
-            out["vector_stalls"] += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg)
+            out["vector_stalls"] += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg,
+                                                        unit_timing(cfg)["vector"]["step"][r.op])
         if r is None or OPCODES[r.op].unit is not Unit.MATRIX or not (r.rows and r.n and r.k):
             continue
         out["matrix_cycles"] += instruction_cost(r, cfg).cycles

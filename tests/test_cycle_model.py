@@ -7,7 +7,7 @@ import pytest
 
 from ringgpt.hw.config import get_config
 from ringgpt.hw.assembly import assemble
-from ringgpt.hw.isa import Flags, Opcode, Space, Unit
+from ringgpt.hw.isa import OPCODES, Flags, Opcode, Space, Unit, opcodes_of
 from ringgpt.hw.program import Program
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
@@ -31,7 +31,8 @@ def test_the_preset_figures_these_costs_assume():
     # pipeline depths and overheads come from the RTL units (hw/core), not from the config
     assert unit_timing(CFG) == {"matrix": {"latency": 33, "row_max": 2, "overhead": 4, "loop": 5},
                                 "vector": {"latency": {"elementwise": 10, "sum": 18, "max": 4}, "overhead": 4,
-                                           "loop": 5}}
+                                           "loop": 5, "step": {op: 2 if OPCODES[op].special else 8
+                                                               for op in opcodes_of(Unit.VECTOR)}}}
     # fetch: a 512-bit word is 4 beats of the 128-bit port; a 32-word FIFO, bursts of 8 words
     assert _fetch_shape(CFG) == (4, 32, 8) and _fetch_shape(get_config("u280")) == (1, 64, 16)
 
@@ -46,6 +47,8 @@ ABUF, WBUF, HBM, HOST = ((s, 0) for s in (Space.ABUF, Space.WBUF, Space.HBM, Spa
     # 4..7 at dst_stride 0, memory 0), so one waits a cycle
     (Resolved(Opcode.MASKED_QK, rows=2, n=9, k=64), (Unit.MATRIX, 4 + 2 * 8 * 3 + 1 + 33 + 2, 0, 0, 0), "matrix"),
     (Resolved(Opcode.VADD, rows=2, n=20), (Unit.VECTOR, 4 + 2 * 3 + 10, 0, 0, 0), "vector"),
+    # a special function: 2 elements a step (special_lanes), 10 steps a row of 20
+    (Resolved(Opcode.VEXP, rows=2, n=20), (Unit.VECTOR, 4 + 2 * 10 + 10, 0, 0, 0), "vector"),
     (Resolved(Opcode.VSUM, rows=5, n=8), (Unit.VECTOR, 4 + 5 + 18, 0, 0, 0), "vector"),
     # a single row's sum waits for the accumulator's adder loop (5 cycles) between chunks
     (Resolved(Opcode.VSUM, rows=1, n=24), (Unit.VECTOR, 4 + 2 * 5 + 1 + 18, 0, 0, 0), "vector"),

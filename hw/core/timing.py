@@ -76,6 +76,12 @@ class VectorTiming:
     def latency_of(self, opcode: Opcode) -> int:
         return self.latency[OPCODES[opcode].reduction or "elementwise"]
 
+    def step_words(self, opcode: Opcode) -> int:
+        """Elements of a row an instruction of `opcode` takes per issue step: `special_lanes` for a special
+        function (only those lanes have its cores), `vector_width` for every other opcode."""
+        return self.cfg.special_lanes if OPCODES[opcode].special else self.width
+
+
 
 class PortTiming:
     """One AXI port engine's latencies (hw/core/port_engine.py, PortEngine)."""

@@ -4,7 +4,7 @@
       ├─▶ per lane: FP16MulCore(a, b or 1) + FP16MulCore(b, -b, c or -0 times 1) ─▶ FP32AddCore ─▶ ToFP16
       │             VADD, VSUB, VMUL, VSCALE_SHIFT (numerics.vadd/vsub/vmul/vscale_shift: exact FP32
       │             operands and product, one FP32 add, one rounding)
-      ├─▶ per lane: SpecialFunctionCore exp, recip, rsqrt, gelu (numerics.special)
+      ├─▶ lanes 0 .. special_lanes - 1: SpecialFunctionCore exp, recip, rsqrt, gelu (numerics.special)
       ├─▶ MacTreeCore(vector_width) ─▶ TileAccumulator ─▶ ToFP16        VSUM (b = 1), VDOT
       │             (numerics.reduce_sum: exact products, block-aligned tile sums, tiles in order, one rounding)
       └─▶ MaxTreeCore(vector_width) ─▶ running max over the row's chunks  VMAX (numerics.reduce_max)
@@ -14,7 +14,9 @@ The operands are the lanes of one TileReadPort on ABUF: a chunk whose operands' 
 memory takes more than one cycle to read, and the unit waits, frozen (see `VectorUnit`).
 
 Order of work: elementwise ops and VMAX walk rows, and within a row chunks of vector_width
-elements, one chunk per cycle. VSUM and VDOT accumulate a row's chunks in order through the tile
+elements, one chunk per cycle; a special function (exp, recip, rsqrt, gelu) steps through a row
+special_lanes elements per cycle, since only those lanes have its cores (`VectorTiming.step_words`): its
+operand is read and its result written at the step's element, through the same ports. VSUM and VDOT accumulate a row's chunks in order through the tile
 accumulator's adder loop, so they walk rows in sets of at least loop_latency (all remaining rows
 when fewer than 2 * loop_latency remain), chunk by chunk across the set: one chunk per cycle when
 rows >= loop_latency; a single row takes loop_latency cycles per chunk (the numerics fix the order of
@@ -59,8 +61,8 @@ class VectorUnit(VectorTiming, wiring.Component):
     Latency (cycles from a chunk's issue to its write): `latency["elementwise"]` (read, multiply,
     add, FP16, or the special function padded to the same depth), `latency["sum"]` (read, MAC tree,
     accumulator, FP16) for VSUM/VDOT, `latency["max"]` (read, max tree) for VMAX. Throughput: one
-    chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; see the module
-    docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
+    chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; a special function:
+    special_lanes elements; see the module docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
     are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
     of their chunks in one memory: banks.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
     read data held, and longer while ABUF's other readers hold the memories it needs, or its other writers
@@ -86,8 +88,8 @@ class VectorUnit(VectorTiming, wiring.Component):
         frozen = Frozen(outer, self.issue, {"src": self.abuf_src}, {"dst": self.abuf_dst})
         m = frozen.core     # everything else: frozen while the operands' chunks share a memory
         operands, request = frozen.data["src"], frozen.request["src"]
-        cfg, V = self.cfg, self.width
-        lv = log2(V)
+        cfg, V, S = self.cfg, self.width, self.cfg.special_lanes
+        lv, ls = log2(V), log2(S)
         LL = self.loop_latency
 
         held = Signal(IssueLayout)
@@ -99,6 +101,7 @@ class VectorUnit(VectorTiming, wiring.Component):
         sd, s1, s2, sa = r["dst_stride"], r["src1_stride"], r["src2_stride"], r["aux_stride"]
         is_sum = Cat(opcode == op for op in SUMS).any()
         is_max = opcode == MAX_REDUCTION
+        special = Cat(opcode == op for op in SPECIAL).any()
         reduces = is_sum | is_max
         b_scalar, c_scalar = inst.flags.src2_row_scalar, inst.flags.aux_row_scalar
         b_imm, c_imm = s_src2 == Space.IMM, s_aux == Space.IMM
@@ -138,7 +141,7 @@ class VectorUnit(VectorTiming, wiring.Component):
         with m.FSM():
             accept_states(m, self, held, cycles)
             with m.State("CHECK"):
-                n_chunks = (n + V - 1) >> lv
+                n_chunks = Mux(special, (n + S - 1) >> ls, (n + V - 1) >> lv)     # steps of step_words
                 m.d.sync += [cycles.eq(cycles + 1), error.eq(code), chunks.eq(n_chunks), remaining.eq(rows),
                              expected.eq(Mux(reduces, rows, rows * n_chunks)),
                              set_r.eq(0), cur_r.eq(0), t.eq(0), slot.eq(0), written.eq(0), issued_all.eq(0)]
@@ -159,18 +162,20 @@ class VectorUnit(VectorTiming, wiring.Component):
             done_state(m, self, running, issued_all)
 
         # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
-        col = t << lv
+        col = Mux(special, t << ls, t << lv)
         m.d.comb += [request.addr[0].eq(src1 + cur_r * s1 + col), request.en[0].eq(issuing),
                      request.addr[1].eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
                      request.en[1].eq(issuing & (s_src2 == Space.ABUF)), request.single[1].eq(b_scalar),
                      request.addr[2].eq(aux + cur_r * sa + Mux(c_scalar, 0, col)),
                      request.en[2].eq(issuing & (s_aux == Space.ABUF)), request.single[2].eq(c_scalar)]
         beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
-                                         "first": 1, "last": 1, "sum": 1, "max": 1}))
+                                         "first": 1, "last": 1, "sum": 1, "max": 1,
+                                         "special": 1}))
         # a beat carries its instruction's kind: a pipeline longer than the instruction's own still holds its
         # beats when the next instruction starts, and must not take them for the next one's
         m.d.comb += [beat.valid.eq(issuing), beat.r.eq(cur_r), beat.t.eq(t), beat.ctx.eq(slot),
-                     beat.first.eq(t == 0), beat.last.eq(last_chunk), beat.sum.eq(is_sum), beat.max.eq(is_max)]
+                     beat.first.eq(t == 0), beat.last.eq(last_chunk), beat.sum.eq(is_sum), beat.max.eq(is_max),
+                     beat.special.eq(special)]
         beat1 = pipe(m, beat, READ_LATENCY, name="beat1")
         in_n = [((beat1.t << lv) + i) < n for i in range(V)]
         a = [operands[0][i] for i in range(V)]
@@ -201,15 +206,16 @@ class VectorUnit(VectorTiming, wiring.Component):
             m.d.comb += conv.i.eq(add.o)
             arith = FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency
             value = pipe(m, Value.cast(conv.o), self.elementwise_depth - arith, name=f"arith{i}")
-            for op, name in SPECIAL.items():
+            for op, name in SPECIAL.items() if i < S else ():
                 fn = m.submodules[f"{name}{i}"] = SpecialFunctionCore(name)
                 m.d.comb += fn.i.eq(a[i])
                 out = pipe(m, Value.cast(fn.o), self.elementwise_depth - fn.latency, name=f"{name}{i}_out")
                 value = Mux(opcode == op, out, value)
             results.append(value)
         ew = pipe(m, beat1, self.elementwise_depth, name="ew")
+        ew_col = Mux(ew.special, ew.t << ls, ew.t << lv)
         ew_mask = Signal(V)
-        m.d.comb += [ew_mask[i].eq(((ew.t << lv) + i) < n) for i in range(V)]
+        m.d.comb += [ew_mask[i].eq((ew_col + i < n) & (~ew.special if i >= S else 1)) for i in range(V)]
 
         # VSUM, VDOT: block-aligned sums of exact products, tiles accumulated in order, one rounding
         tree = m.submodules.sum_tree = MacTreeCore(V)
@@ -247,7 +253,7 @@ class VectorUnit(VectorTiming, wiring.Component):
         port = frozen.write["dst"]
         one = is_sum | is_max
         m.d.comb += [port.addr.eq(Mux(is_sum, dst + sum_out.r * sd, Mux(is_max, dst + mtag.r * sd,
-                                                                         dst + ew.r * sd + (ew.t << lv)))),
+                                                                         dst + ew.r * sd + ew_col))),
                      port.data[0].eq(Mux(is_sum, sum_conv.o, Mux(is_max, row_max, results[0]))),
                      port.mask.eq(Mux(one, 1, ew_mask)),
                      port.en.eq(Mux(is_sum, sum_out.valid, Mux(is_max, mtag.valid & mtag.max & mtag.last,

@@ -51,14 +51,16 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
             issue += matrix_stall_cycles(r, cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.VECTOR:
-        # One chunk of vector_width elements per cycle; a row sum's chunks go through the accumulator loop.
+        # One step of a row's next step_words elements per cycle (vector_width, or special_lanes for a special
+        # function); a row sum's chunks go through the accumulator loop.
         t = unit_timing(cfg)["vector"]
-        chunks = ceil_div(r.n, cfg.vector_width)
+        step = t["step"][r.op]
+        chunks = ceil_div(r.n, step)
         reduction = OPCODES[r.op].reduction
         issue = _issue_cycles(r.rows, chunks, t["loop"]) if reduction == "sum" else r.rows * chunks
         tail = t["latency"][reduction or "elementwise"]
-        if issue:   # chunks whose operands share a buffer memory stall (vector_stall_cycles)
-            issue += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg)
+        if issue:   # steps whose operands share a buffer memory stall (vector_stall_cycles)
+            issue += vector_stall_cycles(r.rows, r.n, vector_operands(r, cfg), cfg, step)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))
     if unit is Unit.DMA:
         spaces = (r.dst[0], r.src1[0])

@@ -112,16 +112,17 @@ def _write_cycles(last_beats: np.ndarray, rows: int, groups: int, cfg: ArchConfi
 
 
 @functools.lru_cache(maxsize=4096)
-def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig) -> int:
-    """Cycles the vector unit stalls while its operands are read (hw/core/vector.py): for each chunk t of
-    each row r, its ABUF operands (`operands`: (address, stride, row scalar) of src1 and of src2 and aux
-    when in ABUF) share one TileReadPort, vector_width words at address + r * stride + t * vector_width
-    (a row scalar: its one word at address + r * stride); the sum of tile_read_cycles - 1."""
+def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig, step: int) -> int:
+    """Cycles the vector unit stalls while its operands are read (hw/core/vector.py): for each step t of each row
+    r (`step` elements: VectorTiming.step_words), its ABUF operands (`operands`: (address,
+    stride, row scalar) of src1 and of src2 and aux when in ABUF) share one TileReadPort, vector_width words at
+    address + r * stride + t * step (a row scalar: its one word at address + r * stride); the sum of
+    tile_read_cycles - 1."""
     if len(operands) < 2:
         return 0
     V = cfg.vector_width
-    r, t = np.meshgrid(np.arange(rows), np.arange(ceil_div(n, V)), indexing="ij")
-    starts = np.stack([base + r * stride + (0 if scalar else t * V) for base, stride, scalar in operands], axis=-1)
+    r, t = np.meshgrid(np.arange(rows), np.arange(ceil_div(n, step)), indexing="ij")
+    starts = np.stack([base + r * stride + (0 if scalar else t * step) for base, stride, scalar in operands], axis=-1)
     words = np.array([1 if scalar else V for _, _, scalar in operands])
     cycles = tile_read_cycles(starts, np.ones(starts.shape, bool), words, cfg.buffer_chunk_words, cfg.buffer_banks)
     return int((cycles - 1).sum())

@@ -6,6 +6,7 @@ import functools
 
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.core.timing import MatrixTiming, VectorTiming
+from ringgpt.hw.isa import Unit, opcodes_of
 
 
 @functools.cache
@@ -15,4 +16,5 @@ def unit_timing(cfg: ArchConfig) -> dict:
     matrix, vector = MatrixTiming(cfg), VectorTiming(cfg)
     return {"matrix": {"latency": matrix.latency, "row_max": matrix.row_max_latency, "overhead": matrix.overhead,
                        "loop": matrix.loop_latency},
-            "vector": {"latency": dict(vector.latency), "overhead": vector.overhead, "loop": vector.loop_latency}}
+            "vector": {"latency": dict(vector.latency), "overhead": vector.overhead, "loop": vector.loop_latency,
+                       "step": {op: vector.step_words(op) for op in opcodes_of(Unit.VECTOR)}}}

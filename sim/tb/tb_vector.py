@@ -200,8 +200,9 @@ async def bad_instructions_raise_errors(dut):
 
 @cocotb.test()
 async def full_rate(dut):
-    """One chunk of vector_width elements per cycle: busy cycles = overhead + rows * chunks + stalls + latency
-    (VSUM/VDOT with rows >= loop_latency; a single row's sum takes loop_latency cycles per chunk), the stalls
+    """One chunk of vector_width elements per cycle (a special function's step: special_lanes elements): busy
+    cycles = overhead + rows * steps + stalls + latency (VSUM/VDOT with rows >= loop_latency; a single row's sum
+    takes loop_latency cycles per chunk), the stalls
     those of the operands' chunks in one buffer memory: none for operands in distinct memories, one a chunk
     for src2 a whole period of the memories (chunk x banks words) from src1, also as a row scalar's chunk."""
     tb = DatapathTB(dut)
@@ -213,6 +214,7 @@ async def full_rate(dut):
     rng = np.random.default_rng(6)
     wrong = []
     for op, rows, n, src2, stalls in ((Opcode.VADD, 1, 7 * V, 1024, 0), (Opcode.VEXP, 3, 2 * V + 1, None, 0),
+                                      (Opcode.VGELU, 2, V + 3, None, 0),
                                       (Opcode.VMAX, 2, 3 * V, None, 0), (Opcode.VSUM, 5, 4 * V, None, 0),
                                       (Opcode.VDOT, 12, 2 * V - 1, 1024, None), (Opcode.VSUM, 1, 4 * V, None, 0),
                                       (Opcode.VADD, 2, 3 * V, 512 + 13 * period, 2 * 3),
@@ -222,11 +224,12 @@ async def full_rate(dut):
             scalar = op is Opcode.VSUB
             fields.update(src2=abuf(src2), src2_stride=n, flags=Flags(src2_row_scalar=int(scalar)))
         inst = Instruction.make(op, **fields)
-        modeled = vector_stall_cycles(rows, n, vector_operands(resolved_of(inst, [0] * 16), cfg), cfg)
+        step = unit.step_words(op)
+        modeled = vector_stall_cycles(rows, n, vector_operands(resolved_of(inst, [0] * 16), cfg), cfg, step)
         if stalls is not None and modeled != stalls:
             wrong.append(f"{inst}: the model counts {modeled} stalls, by hand {stalls}")
         cycles = await tb.check_instruction(inst, [0] * 16, random_state(rng, cfg), label="full rate")
-        chunks = -(-n // V)
+        chunks = -(-n // step)
         issue = rows * chunks
         if op in (Opcode.VSUM, Opcode.VDOT) and rows < unit.loop_latency:
             issue = (chunks - 1) * unit.loop_latency + rows
