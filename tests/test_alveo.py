@@ -44,7 +44,7 @@ from ringgpt.hw.kernel.registers import AP_DONE, AP_IDLE, AP_START, CONTROL
 from ringgpt.hw.kernel.vitis import DEFAULT_PLATFORM
 from ringgpt.hw.resolved import Decoded
 from ringgpt.sim.cocotb_support.bench import CLOCK_PERIOD_NS
-from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
+from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_ICARUS
 from ringgpt.sim.cocotb_support.runner import ROOT
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.functional.machine import Card, run_ring
@@ -501,7 +501,7 @@ def test_the_register_map_in_the_docs_is_registers_pys():
 
 # --- the kernels' RTL -----------------------------------------------------------------------------------------
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 @pytest.mark.parametrize("cards", [pytest.param(1, marks=pytest.mark.slow), 2])  # 2 cards cover 1 and the faults
 def test_the_driver_on_the_kernel_rtl(cards, sim):
     """Generation through the register map and buffers gives the simulator's tokens and logits bit for bit, under

@@ -20,7 +20,7 @@ from ringgpt.host.runtime.layers import (LayerDispatchError, cut_names, layer_im
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Opcode, Space
-from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
+from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_ICARUS
 from ringgpt.sim.functional import SimulatorDevice
 
 CASES = {  # name: (model spec, cards)
@@ -260,7 +260,7 @@ def test_cli_check_on_a_backend_without_watch_compares_by_layer_dispatch(tmp_pat
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 def test_run_layers_on_the_rtl_equals_the_functional_simulator(sim):
     """One prompt run of a one-layer model on two cores, dispatched in three segments, AXI memories pausing."""
     from ringgpt.sim.rtl.device import RtlDevice

@@ -12,7 +12,7 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
 from ringgpt.hw.program import Program
-from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
+from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_ICARUS
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice
 
@@ -26,7 +26,7 @@ CASES = {  # name: (model spec, cards)
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 @pytest.mark.parametrize("case", CASES)
 def test_generation_is_bit_identical_to_the_functional_simulator(case, sim):
     spec, cards = CASES[case]
@@ -58,7 +58,7 @@ FAULTS = {  # name: (programs of the two cards, the DeviceError, the card and pc
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_faults_end_with_a_readable_error(fault, sim):
     """A bad address, a mismatched collective and a ring that never delivers stop the run with the simulator's
@@ -109,7 +109,7 @@ def _hazard_program(config) -> list:
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 def test_hazards_across_units_give_the_simulators_result(sim):
     """Each dependent pair above would read or leave other data if the scoreboard let the second start early;
     with random AXI pauses the core's host buffer equals the functional simulator's."""

@@ -13,8 +13,8 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import INSTRUCTION_BYTES, Opcode
-from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_VERILATOR
-from ringgpt.sim.cocotb_support.runner import Design
+from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_ICARUS
+from ringgpt.sim.cocotb_support.runner import LARGE_DESIGN_CXX_OPT, Design
 from ringgpt.sim.functional import SimulatorDevice
 
 CONFIG = small_config("sim-small", abuf_words=4096, wbuf_words=2048)
@@ -24,7 +24,8 @@ PROMPT = [5, 17]
 
 
 def kernel_design(config) -> Design:
-    return Design.of("ringgpt.sim.tb.tb_kernel:KernelBench", config=json.dumps(config.to_dict(), sort_keys=True))
+    return Design.of("ringgpt.sim.tb.tb_kernel:KernelBench",
+                     config=json.dumps(config.to_dict(), sort_keys=True)).with_cxx_opt(LARGE_DESIGN_CXX_OPT)
 
 
 def write_case(path) -> str:
@@ -54,6 +55,6 @@ def write_case(path) -> str:
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("sim", SLOW_ON_VERILATOR, indirect=True)
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 def test_kernel_registers_program_and_errors(sim, run_tb, tmp_path):
     run_tb(kernel_design(CONFIG), "ringgpt.sim.tb.tb_kernel", case=write_case(tmp_path / "case.npz"))

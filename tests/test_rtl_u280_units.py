@@ -25,7 +25,7 @@ alone; "user" is the CPU time of the whole run), Verilator 5.049, C++ at -O0:
 
 The whole vector test took 26.5 min wall, 845 s user. At Verilator's default -Os the vector unit's C++ compiled
 109 of its 171 files in 10 minutes (the large `_024root` files 1 to 3 minutes each) and was stopped: about an hour
-projected, hence `CXX_OPT`.
+projected, hence `runner.LARGE_DESIGN_CXX_OPT`.
 
 The DMA test is slow to run, not to build: its 33 cocotbext-axi AxiRams (five channel coroutines each) make the
 simulation about 25 cycles a second, and every instruction syncs and dumps ABUF and WBUF (about 650 cycles). In its
@@ -42,18 +42,15 @@ still waited, refused, in the write register, and was sent with the old words.
 """
 import pytest
 
-from ringgpt.sim.cocotb_support.runner import Design
+from ringgpt.sim.cocotb_support.runner import LARGE_DESIGN_CXX_OPT, Design
 
 HARNESS = "ringgpt.hw.core.datapath:Datapath"
-CXX_OPT = "-O0"
-"""The Verilator models' C++ optimisation: at Verilator's default (-Os) a u280 unit's 120 MB of C++ takes over an
-hour to compile on the 2-core machine."""
-
 # Vector unit, 64 lanes. ABUF 16,384 words: the random cases' blocks (up to 13 rows of up to 6 x 64 + 1 words,
 # strides up to n + 5: about 5,000 words each, four of them) fit about as often as sim-small's in its 2,048, and the
 # full-rate case puts src2 13 periods of the memories (13 x 64 x 17 words) past src1. WBUF: the config's minimum
 # (2 x mac_width x mpu_lanes); the vector unit does not use it.
-VECTOR = Design.of(HARNESS, unit="vector", config="u280", abuf_words=16384, wbuf_words=2048).with_cxx_opt(CXX_OPT)
+VECTOR = Design.of(HARNESS, unit="vector", config="u280", abuf_words=16384, wbuf_words=2048) \
+    .with_cxx_opt(LARGE_DESIGN_CXX_OPT)
 VECTOR_INSTRUCTIONS = {"verilator": 22, "icarus": 11}      # every one of the 11 opcodes twice (once on Icarus)
 
 
@@ -68,7 +65,8 @@ def test_u280_vector_unit_bit_exact(run_tb, sim):
 
 # Router, 64-word payload. ABUF 34,816 words (32 periods of the memories): the testbench's SEND/RECV blocks reach
 # 2 x 64 rows of 4 x 64 + 4 words (point_program's largest, which it places without retrying: 33,276 words).
-ROUTER = Design.of(HARNESS, unit="router", config="u280", abuf_words=34816, wbuf_words=2048).with_cxx_opt(CXX_OPT)
+ROUTER = Design.of(HARNESS, unit="router", config="u280", abuf_words=34816, wbuf_words=2048) \
+    .with_cxx_opt(LARGE_DESIGN_CXX_OPT)
 ROUTER_CASES = {"verilator": 9, "icarus": 3}                # ALLGATHER, SEND, RECV three times each
 
 
@@ -83,7 +81,8 @@ def test_u280_router_bit_exact(run_tb, sim):
 # transposed 64 x 128 block lands past its source (2 x 64 x 64 words on); WBUF 4,416: its transposed 67 x 65 block
 # (4,355 words). The test HBM: 65,536 words, 2,048 (4 KiB) a channel as at sim-small, room for the full-rate
 # sequential LOAD and STORE of all of ABUF.
-DMA = Design.of(HARNESS, unit="dma", config="u280", abuf_words=16384, wbuf_words=4416).with_cxx_opt(CXX_OPT)
+DMA = Design.of(HARNESS, unit="dma", config="u280", abuf_words=16384, wbuf_words=4416) \
+    .with_cxx_opt(LARGE_DESIGN_CXX_OPT)
 DMA_INSTRUCTIONS = {"verilator": 4, "icarus": 2}           # on-chip LOADs, straight and transposed in turn
 DMA_OFFCHIP = {"verilator": 10, "icarus": 5}               # LOAD, transposed LOAD, STORE, transposed STORE, GATHER
 
@@ -98,7 +97,8 @@ def test_u280_dma_bit_exact(run_tb, sim):
 # Matrix unit, 16 lanes x 64 MACs. ABUF 4,096 words: the random x and result blocks (up to 9 rows of up to 325 and
 # 84 words); WBUF 16,384: the full-rate cases' weights and the bias 14 periods on (15,344 words; the largest random
 # weight blocks, 79 columns up to 384 words apart, are redrawn, as at sim-small).
-MATRIX = Design.of(HARNESS, unit="matrix", config="u280", abuf_words=4096, wbuf_words=16384).with_cxx_opt(CXX_OPT)
+MATRIX = Design.of(HARNESS, unit="matrix", config="u280", abuf_words=4096, wbuf_words=16384) \
+    .with_cxx_opt(LARGE_DESIGN_CXX_OPT)
 MATRIX_INSTRUCTIONS = {"verilator": 12, "icarus": 3}       # MATMUL (bias, GELU) and MASKED_QK
 
 

@@ -31,7 +31,7 @@ DEFAULT_CYCLE_LIMIT = 1 << 24
 def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
     """The simulated top for `config`: one core per card on a ring (ring links pausing at random)."""
     return runner.Design.of("ringgpt.sim.rtl.top:RingTop", config=json.dumps(config.to_dict(), sort_keys=True),
-                            pause_links=pause_links)
+                            pause_links=pause_links).with_cxx_opt(runner.LARGE_DESIGN_CXX_OPT)
 
 
 class RtlDevice(Device):

@@ -34,7 +34,8 @@ PAGE = 4096
 def design_of(config: ArchConfig, pause_links: bool = False) -> runner.Design:
     """The simulated ring of kernels for `config` (ring links pausing at random)."""
     return runner.Design.of("ringgpt.sim.rtl.kernel_ring:KernelRing",
-                            config=json.dumps(config.to_dict(), sort_keys=True), pause_links=pause_links)
+                            config=json.dumps(config.to_dict(), sort_keys=True),
+                            pause_links=pause_links).with_cxx_opt(runner.LARGE_DESIGN_CXX_OPT)
 
 
 class SimBuffer:
