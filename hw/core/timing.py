@@ -82,7 +82,6 @@ class VectorTiming:
         return self.cfg.special_lanes if OPCODES[opcode].special else self.width
 
 
-
 class PortTiming:
     """One AXI port engine's latencies (hw/core/port_engine.py, PortEngine)."""
 

@@ -16,11 +16,11 @@ memory takes more than one cycle to read, and the unit waits, frozen (see `Vecto
 Order of work: elementwise ops and VMAX walk rows, and within a row chunks of vector_width
 elements, one chunk per cycle; a special function (exp, recip, rsqrt, gelu) steps through a row
 special_lanes elements per cycle, since only those lanes have its cores (`VectorTiming.step_words`): its
-operand is read and its result written at the step's element, through the same ports. VSUM and VDOT accumulate a row's chunks in order through the tile
-accumulator's adder loop, so they walk rows in sets of at least loop_latency (all remaining rows
-when fewer than 2 * loop_latency remain), chunk by chunk across the set: one chunk per cycle when
-rows >= loop_latency; a single row takes loop_latency cycles per chunk (the numerics fix the order of
-the additions, so a row's sum cannot be split).
+operand is read and its result written at the step's element, through the same ports. VSUM and VDOT
+accumulate a row's chunks in order through the tile accumulator's adder loop, so they walk rows in sets
+of at least loop_latency (all remaining rows when fewer than 2 * loop_latency remain), chunk by chunk
+across the set: one chunk per cycle when rows >= loop_latency; a single row takes loop_latency cycles
+per chunk (the numerics fix the order of the additions, so a row's sum cannot be split).
 """
 from __future__ import annotations
 
@@ -62,11 +62,11 @@ class VectorUnit(VectorTiming, wiring.Component):
     add, FP16, or the special function padded to the same depth), `latency["sum"]` (read, MAC tree,
     accumulator, FP16) for VSUM/VDOT, `latency["max"]` (read, max tree) for VMAX. Throughput: one
     chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; a special function:
-    special_lanes elements; see the module docstring). A chunk's ABUF operands (src1, and src2 and aux when in ABUF; a row scalar's one word)
-    are read through one TileReadPort (one read port per buffer memory); when they need c > 1 cycles (two
-    of their chunks in one memory: banks.tile_read_cycles) the whole unit is frozen c - 1 cycles, the
-    read data held, and longer while ABUF's other readers hold the memories it needs, or its other writers
-    the memories of its result (a SharedWritePort in ABUF's write group). Busy cycles
+    special_lanes elements; see the module docstring). A chunk's ABUF operands (src1, and src2 and aux when
+    in ABUF; a row scalar's one word) are read through one TileReadPort (one read port per buffer memory);
+    when they need c > 1 cycles (two of their chunks in one memory: banks.tile_read_cycles) the whole unit
+    is frozen c - 1 cycles, the read data held, and longer while ABUF's other readers hold the memories it
+    needs, or its other writers the memories of its result (a SharedWritePort in ABUF's write group). Busy cycles
     (`Completion.cycles`) = `overhead` + issue cycles + stalls + latency, the stalls (alone on the buffers) as
     sim/cycle_model.vector_stall_cycles counts them.
     """
