@@ -39,7 +39,8 @@ from ringgpt.host.reference.models import load_model, synthetic_config  # noqa: 
 from ringgpt.host.reference.sampling import SamplingConfig  # noqa: E402
 from ringgpt.host.runtime import Appliance  # noqa: E402
 from ringgpt.host.runtime import hostpath  # noqa: E402
-from ringgpt.hw.config import CONSERVATIVE_CLOCK_MHZ, clock_label, get_config, timing_variants  # noqa: E402
+from ringgpt.hw.config import (CONSERVATIVE_CLOCK_MHZ, ArchConfig, clock_label, get_config,  # noqa: E402
+                               timing_variants)
 from ringgpt.sim.functional import SimulatorDevice  # noqa: E402
 
 CASES = [
@@ -75,12 +76,13 @@ SAMPLING_MODES = {"greedy": SamplingConfig(),
                   "top-k 50 + top-p 0.9": SamplingConfig(greedy=False, top_k=50, top_p=0.9, seed=1)}
 
 
-def modeled_case(case: dict, max_context: int) -> dict:
+def modeled_case(case: dict, max_context: int, config: ArchConfig | None = None) -> dict:
     """Decode and time-to-first-token figures of one model/card count from timing-only runs, under every timing
-    variant (the preset's clock, 200 MHz, the conservative set)."""
+    variant (the preset's clock, 200 MHz, the conservative set); `config`: the u280 preset on the case's cards
+    unless given."""
     model = architecture_only(case["model"])
     weight_bytes = 2 * sum(p.numel() for p in model.parameters())
-    config = get_config("u280", case["cards"])
+    config = config or get_config("u280", case["cards"])
     variants = timing_variants(config)
     image = compile_model(model, config, max_context)
     device = SimulatorDevice(config, compute=False, timing={k: v for k, v in variants.items() if v != config})

@@ -22,16 +22,9 @@ from ringgpt.hw.config import get_config
 
 def modeled(lanes: int) -> dict:
     """bench_appliance's figures for every case with special_lanes = `lanes`: label -> {metric: ms}."""
-    preset = bench_appliance.get_config
-
-    def with_lanes(name: str, cards: int = 1):
-        return dataclasses.replace(preset(name, cards), special_lanes=lanes)
-
-    bench_appliance.get_config = with_lanes
-    try:
-        results = [bench_appliance.modeled_case(case, 1024) for case in bench_appliance.CASES]
-    finally:
-        bench_appliance.get_config = preset
+    results = [bench_appliance.modeled_case(case, 1024, dataclasses.replace(get_config("u280", case["cards"]),
+                                                                            special_lanes=lanes))
+               for case in bench_appliance.CASES]
     return {r["label"]: {**{f"decode at pos {p}": d["ms"] for p, d in r["decode"].items()},
                          **{f"first token, {n}-token prompt": t["ms"] for n, t in r["ttft"].items()}}
             for r in results}
