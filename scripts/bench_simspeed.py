@@ -4,14 +4,17 @@
 
     python scripts/bench_simspeed.py --tokens 16
 
-Decode ms per token of each, as CPU time of this process (time.process_time: steadier than wall time on a shared
-machine; both sides run single-threaded unless --torch-threads says otherwise) and as wall time, and their ratio.
-Decode cost = (cost of prompt + N tokens - cost of prompt + 1 token) / (N - 1), so the prompt is not counted.
+Decode ms per token of each in wall time (the ratio that counts: PyTorch runs on its default threads, two on a
+2-core machine, the simulator on one unless RINGGPT_THREADS says otherwise), and beside it in CPU time of this
+process (time.process_time, which counts every thread's time). Decode cost = (cost of prompt + N tokens - cost of
+prompt + 1 token) / (N - 1), so the prompt is not counted. The two sides are measured in turn, --repeats times, and
+each figure is the median.
 """
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 
 import click
@@ -27,43 +30,71 @@ from ringgpt.sim.functional import SimulatorDevice
 
 
 def _cost(run) -> tuple[float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
+    """(wall, CPU) seconds of run()."""
+    wall, cpu = time.perf_counter(), time.process_time()
     run()
-    return time.process_time() - cpu, time.perf_counter() - wall
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _per_token(one, many, tokens: int) -> tuple[float, float]:
+    """(wall, CPU) ms per decoded token from the costs of 1 and of `tokens` generated tokens."""
+    return tuple(1e3 * (b - a) / (tokens - 1) for a, b in zip(one, many))
 
 
 @click.command()
 @click.option("--model", default="synthetic:gpt2-124m", show_default=True)
 @click.option("--cards", type=int, default=4, show_default=True)
 @click.option("--prompt", "prompt_len", type=int, default=16, show_default=True)
-@click.option("--tokens", type=int, default=16, show_default=True)
-@click.option("--torch-threads", type=int, default=1, show_default=True)
-def main(model: str, cards: int, prompt_len: int, tokens: int, torch_threads: int) -> None:
-    """Print the simulator's and PyTorch's decode ms/token and their ratio."""
-    torch.set_num_threads(torch_threads)
+@click.option("--tokens", type=click.IntRange(min=2), default=16, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
+              help="measurements of each side, in turn (medians reported)")
+@click.option("--torch-threads", type=int, default=None, help="PyTorch's CPU threads (default: PyTorch's choice)")
+def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, torch_threads: int | None) -> None:
+    """Print the simulator's and PyTorch's decode ms/token (wall and CPU) and their ratios."""
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
     net = load_model(model, dtype=torch.float32)
     config = get_config("u280", cards)
-    image = compile_model(net, config, 256)
-    prompt = list(range(1000, 1000 + prompt_len))
-    one, many = SamplingConfig(max_new_tokens=1, stop_at_eos=False), SamplingConfig(max_new_tokens=tokens, stop_at_eos=False)
+    image = compile_model(net, config, min(256, net.config.n_positions))
+    prompt = [(1000 + i) % net.config.vocab_size for i in range(prompt_len)]
+    one = SamplingConfig(max_new_tokens=1, stop_at_eos=False)
+    many = SamplingConfig(max_new_tokens=tokens, stop_at_eos=False)
     appliance = Appliance(SimulatorDevice(config), image)
     appliance.generate(prompt, one)  # warm-up (first-use costs: kernel build, caches)
-    sim_one, sim_many = _cost(lambda: appliance.generate(prompt, one)), _cost(lambda: appliance.generate(prompt, many))
     generate(net, prompt, one, return_logits=False)
-    ref_one, ref_many = (_cost(lambda: generate(net, prompt, one, return_logits=False)),
-                         _cost(lambda: generate(net, prompt, many, return_logits=False)))
-    per = lambda a, b: 1e3 * (b - a) / (tokens - 1)  # noqa: E731
+    load_before = os.getloadavg()[0]
+    sim, ref = [], []
+    for _ in range(repeats):
+        sim.append(_per_token(_cost(lambda: appliance.generate(prompt, one)),
+                              _cost(lambda: appliance.generate(prompt, many)), tokens))
+        ref.append(_per_token(_cost(lambda: generate(net, prompt, one, return_logits=False)),
+                              _cost(lambda: generate(net, prompt, many, return_logits=False)), tokens))
+    (sim_wall, sim_cpu), (ref_wall, ref_cpu) = ([statistics.median(x) for x in zip(*side)] for side in (sim, ref))
     out = {"model": model, "config": config.name, "prompt_tokens": prompt_len, "decode_tokens": tokens - 1,
-           "torch_threads": torch.get_num_threads(),
-           "simulator_ms_per_token_cpu": per(sim_one[0], sim_many[0]),
-           "pytorch_ms_per_token_cpu": per(ref_one[0], ref_many[0]),
-           "simulator_ms_per_token_wall": per(sim_one[1], sim_many[1]),
-           "pytorch_ms_per_token_wall": per(ref_one[1], ref_many[1])}
-    out["ratio_cpu"] = out["simulator_ms_per_token_cpu"] / out["pytorch_ms_per_token_cpu"]
-    out["ratio_wall"] = out["simulator_ms_per_token_wall"] / out["pytorch_ms_per_token_wall"]
-    out["simulator_tokens_per_cpu_s"] = 1e3 / out["simulator_ms_per_token_cpu"]
-    out["load_average_1min"] = os.getloadavg()[0]  # other processes on the machine skew both sides
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}, indent=1))
+           "repeats": repeats, "torch_threads": torch.get_num_threads(),
+           "simulator_ms_per_token_wall": sim_wall, "pytorch_ms_per_token_wall": ref_wall,
+           "ratio_wall": _ratio(sim_wall, ref_wall), "simulator_tokens_per_s": _ratio(1e3, sim_wall),
+           "simulator_ms_per_token_cpu": sim_cpu, "pytorch_ms_per_token_cpu": ref_cpu,
+           "ratio_cpu": _ratio(sim_cpu, ref_cpu),
+           "simulator_ms_per_token_wall_each": [w for w, _ in sim],
+           "pytorch_ms_per_token_wall_each": [w for w, _ in ref],
+           "load_average_1min": [load_before, os.getloadavg()[0]]}  # other processes skew both sides
+    print(json.dumps(_rounded(out), indent=1))
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _rounded(value):
+    """Floats (in dicts and lists too) to 3 decimals."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

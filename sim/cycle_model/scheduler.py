@@ -11,7 +11,7 @@ from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.hw.resolved import Resolved, hazard, scoreboard_ranges
 
 from .costs import instruction_class, instruction_cost
-from .fetch import _FetchTimes
+from .fetch import FETCH_TO_DECISION, _FetchTimes
 from .report import CardReport, CycleReport
 
 
@@ -38,6 +38,10 @@ class _Costed(NamedTuple):
     hbm_write_bytes: int
     ring_bytes: int
     host_bytes: int
+    tally: tuple
+    """(unit_name, cls, op_name): the key the schedule adds busy cycles under."""
+    moves: bool
+    """Whether any of the byte counts is non-zero."""
 
 
 _KINDS = {Opcode.BARRIER: "drain", Opcode.HALT: "drain", Opcode.ALLGATHER: _ALLGATHER, Opcode.RECV: _RECV,
@@ -62,7 +66,7 @@ def _costed(r: Resolved, cfg: ArchConfig, last: dict, now: dict, alike: dict) ->
     key = id(r)
     hit = now.get(key) or last.get(key)
     if hit is None or hit[0] is not r:
-        value = r if r.op in _ROUTER_OPS else r._replace(card=0)
+        value = r if r.op in _ROUTER_OPS else (r[0],) + r[2:]  # its fields but the card
         derived = alike.get(value)
         if derived is None:
             derived = alike[value] = _derive(r, cfg)
@@ -77,9 +81,10 @@ def _derive(r: Resolved, cfg: ArchConfig) -> _Costed:
     kind = "control" if cost.unit is Unit.CONTROL and r.op not in _KINDS else _KINDS.get(r.op, "unit")
     hbm_read = cost.hbm_bytes if r.src1[0] is Space.HBM else 0
     spaces = tuple(sum({1 << space._value_ for space, _, _ in ranges}) for ranges in (reads, writes))
-    return _Costed(cost.unit, cost.unit._value_, kind, cost.cycles, reads, writes, spaces, cost.unit.name,
-                   instruction_class(r), r.op.name, hbm_read, cost.hbm_bytes - hbm_read, cost.ring_bytes,
-                   cost.host_bytes)
+    cls = instruction_class(r)
+    moved = (hbm_read, cost.hbm_bytes - hbm_read, cost.ring_bytes, cost.host_bytes)
+    return _Costed(cost.unit, cost.unit._value_, kind, cost.cycles, reads, writes, spaces, cost.unit.name, cls,
+                   r.op.name, *moved, (cost.unit.name, cls, r.op.name), any(moved))
 
 
 QUEUE_TO_UNIT = 2
@@ -96,42 +101,71 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
     (ALLGATHER, the cycle its unit could take it) and receives the joint start; at a RECV it yields (RECV, that
     cycle) and receives the cycle the block is there."""
     fetch = _FetchTimes(cfg)
+    # fetch.out / fetch.take inlined (the same arithmetic, in _FetchTimes' fields held locally)
+    f_beats, f_depth, f_burst, f_latency = fetch.beats, fetch.depth, fetch.burst, fetch.latency
+    f_taken = fetch.taken
+    f_request, f_beat_free, f_first_beat = fetch.request, fetch.beat_free, fetch.first_beat
+    f_tail = FETCH_TO_DECISION - 1 - 1
+    queue_depth = cfg.queue_depth
     decided = -1                    # the previous word's decision cycle
     unit_free = [0] * len(Unit)     # by unit number: when the unit can take its next instruction
-    unit_starts = [deque(maxlen=cfg.queue_depth) for _ in Unit]
+    unit_starts = [deque(maxlen=queue_depth) for _ in Unit]
     inflight = []                   # (done, unit, read spaces, written spaces, reads, writes) of instructions that
     #                                 may still block
     last_done = 0
     outgoing = links[report.card]
-    timeline, busy_by_unit, classes, opcodes = report.timeline, report.busy, report.classes, report.opcodes
+    timeline, busy_by_key = report.timeline, {}
     hbm_read = hbm_write = ring_bytes = host_bytes = 0
+    now_get, last_get = now.get, last.get
     for word, r in enumerate(trace):
-        c = _costed(r, cfg, last, now, alike)
-        unit, kind = c.unit, c.kind
-        taken = max(fetch.out(word), decided)
-        fetch.take(taken)
+        key = id(r)  # _costed, its hit inlined
+        hit = now_get(key) or last_get(key)
+        if hit is not None and hit[0] is r:
+            now[key] = hit
+            c = hit[1]
+        else:
+            c = _costed(r, cfg, last, now, alike)
+        kind = c.kind
+        index = word % f_burst
+        if index == 0:
+            room = word + f_burst - f_depth - 1   # the word whose leaving makes room for this burst
+            request = f_request
+            if room >= 0 and f_taken[room] + 1 > request:
+                request = f_taken[room] + 1
+            f_request = request + 2
+            f_first_beat = request + 1 + f_latency
+            if f_beat_free > f_first_beat:
+                f_first_beat = f_beat_free
+            f_beat_free = f_first_beat + f_burst * f_beats
+        taken = f_first_beat + (index + 1) * f_beats + f_tail
+        if decided > taken:
+            taken = decided
+        f_taken.append(taken)
         decision = taken + 1
         busy = c.cycles
         if kind == "control" or kind == "drain":
-            if kind == "drain":
-                decision = max(decision, last_done)
+            if kind == "drain" and last_done > decision:
+                decision = last_done
             start, done = decision, decision + 1
             if r.op is Opcode.HALT:
                 report.cycles = done
         else:
-            slot = c.slot
+            unit, slot = c.unit, c.slot
             starts = unit_starts[slot]
-            if len(starts) == cfg.queue_depth:
-                decision = max(decision, starts[0] + 1)
-            inflight = [e for e in inflight if e[0] > decision]
-            reads, writes = c.reads, c.writes
-            read_spaces, write_spaces = c.spaces
-            for done_e, unit_e, read_spaces_e, write_spaces_e, reads_e, writes_e in inflight:
-                if (unit_e is not unit and done_e > decision
-                        and (write_spaces & (read_spaces_e | write_spaces_e) or read_spaces & write_spaces_e)
-                        and hazard(reads, writes, reads_e, writes_e)):
-                    decision = done_e
-            start = max(decision + QUEUE_TO_UNIT, unit_free[slot])
+            if len(starts) == queue_depth and starts[0] + 1 > decision:
+                decision = starts[0] + 1
+            if inflight:
+                inflight = [e for e in inflight if e[0] > decision]
+                reads, writes = c.reads, c.writes
+                read_spaces, write_spaces = c.spaces
+                for done_e, unit_e, read_spaces_e, write_spaces_e, reads_e, writes_e in inflight:
+                    if (unit_e is not unit and done_e > decision
+                            and (write_spaces & (read_spaces_e | write_spaces_e) or read_spaces & write_spaces_e)
+                            and hazard(reads, writes, reads_e, writes_e)):
+                        decision = done_e
+            start = decision + QUEUE_TO_UNIT
+            if unit_free[slot] > start:
+                start = unit_free[slot]
             ready = start
             if kind == _ALLGATHER or kind == _RECV:
                 start = yield kind, start
@@ -141,17 +175,24 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
                 outgoing.append(done + cfg.ring_latency_cycles)
             starts.append(ready)
             unit_free[slot] = done
-            inflight.append((done, unit, read_spaces, write_spaces, reads, writes))
-            last_done = max(last_done, done)
+            inflight.append((done, unit, c.spaces[0], c.spaces[1], c.reads, c.writes))
+            if done > last_done:
+                last_done = done
         decided = decision
         timeline.append((c.op_name, decision, start, done))
-        busy_by_unit[c.unit_name] = busy_by_unit.get(c.unit_name, 0) + busy
-        classes[c.cls] = classes.get(c.cls, 0) + busy
-        opcodes[c.op_name] = opcodes.get(c.op_name, 0) + busy
-        hbm_read += c.hbm_read_bytes
-        hbm_write += c.hbm_write_bytes
-        ring_bytes += c.ring_bytes
-        host_bytes += c.host_bytes
+        tally = c.tally
+        busy_by_key[tally] = busy_by_key.get(tally, 0) + busy
+        if c.moves:
+            hbm_read += c.hbm_read_bytes
+            hbm_write += c.hbm_write_bytes
+            ring_bytes += c.ring_bytes
+            host_bytes += c.host_bytes
+    # busy cycles by unit, class and opcode, each dict in the order of first occurrence (that of busy_by_key's keys)
+    busy_by_unit, classes, opcodes = report.busy, report.classes, report.opcodes
+    for (unit_name, cls, op_name), busy in busy_by_key.items():
+        busy_by_unit[unit_name] = busy_by_unit.get(unit_name, 0) + busy
+        classes[cls] = classes.get(cls, 0) + busy
+        opcodes[op_name] = opcodes.get(op_name, 0) + busy
     report.instructions = len(trace)
     report.hbm_read_bytes, report.hbm_write_bytes = hbm_read, hbm_write
     report.ring_bytes, report.host_bytes = ring_bytes, host_bytes

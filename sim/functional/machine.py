@@ -19,6 +19,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
+from ringgpt.sim.functional.plans import plan
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
@@ -95,6 +96,9 @@ class Card:
         self.gathered: dict = {}
         """pc -> the ALLGATHER's Resolved with its slices, from the last run (reused while equal: the cycle model
         remembers costs by the Resolved object)."""
+        self.plans: dict = {}
+        """pc -> (Resolved, step): the instruction's last resolution and False after its first execution with it, then
+        from its second its plan (plans.py), or None where it has none (the method runs)."""
         self.watch: dict | None = None
         """pc -> callback(card index, pc), called right after the instruction at pc has executed (None: no
         watch, the fast path). Set by SimulatorDevice.run_watched for one run."""
@@ -120,7 +124,7 @@ class Card:
 
     def advance(self, links: dict, max_steps: int) -> None:
         """Executes until the card halts or blocks on a router instruction."""
-        program, trace, regs, index = self.program, self.trace, self.regs, self.index
+        program, trace, regs, index, plans = self.program, self.trace, self.regs, self.index, self.plans
         outgoing, incoming = links[index], links[(index - 1) % self.cfg.cards]
         while True:
             if self.pending is None:
@@ -149,7 +153,20 @@ class Card:
                 data = self.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() if self.compute else None
                 outgoing.append(Message(r.rows, r.n, data, index, self.pc, program[self.pc].inst))
             else:
-                self._execute[op](r)
+                step = plans.get(self.pc)
+                if step is not None and step[0] is r:
+                    run = step[1]
+                    if run is False:  # its second execution with r: planned now
+                        run = plan(self, r)
+                        plans[self.pc] = (r, run)
+                    if run is not None:
+                        run()
+                    else:
+                        self._execute[op](r)
+                else:
+                    self._execute[op](r)
+                    if self.compute:
+                        plans[self.pc] = (r, False)
             self.complete(r)
 
     def complete(self, r: Resolved) -> None:

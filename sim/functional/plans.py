@@ -1,0 +1,163 @@
+"""Plans: an instruction a card executes again with the same resolution (the same `Resolved` object: the registers it
+reads unchanged since its last execution) prepared once as a closure over numpy views of its operands, so that executing
+it again is the numerics call and the store, without the operand look-ups, address and alignment checks of `Card`'s
+methods.
+
+A plan is made only after the instruction has executed once through `Card`'s own method with that `Resolved`: every
+check then depends on the `Resolved` alone and has passed. Views are made only of ABUF and the host buffer (arrays that
+live as long as the card); WBUF and HBM operands are read through `Card.read` at each execution (deferred weight loads,
+see `Card`), and instructions that write them, move data by a deferred LOAD, write overlapping rows, use the ring,
+GATHER or only set registers get no plan (`plan` returns None: the card's method runs each time). A plan calls the same
+numerics functions with the same operands as the method, so results are the method's, bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ringgpt.hw import numerics
+from ringgpt.hw.isa import OPCODES, REDUCTIONS, Opcode, Space
+
+_STATIC = (Space.ABUF, Space.HOST)
+_BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
+_NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
+
+
+def _nothing() -> None:
+    """An instruction with no rows or no columns."""
+
+
+def plan(card, r):
+    """A zero-argument callable that executes `r` on `card` as `card._execute[r.op](r)` does, or None."""
+    op = r.op
+    if op in _BINARY or op is Opcode.VSCALE_SHIFT or op in REDUCTIONS or OPCODES[op].special:
+        return _vector(card, r)
+    if op is Opcode.MATMUL or op is Opcode.MASKED_QK:
+        return _matrix(card, r)
+    if op is Opcode.LOAD or op is Opcode.STORE:
+        return _copy(card, r)
+    return None
+
+
+def _view(card, name: str, operand: tuple, rows: int, n: int, stride: int):
+    """A (rows, n) view of a block in ABUF or the host buffer, or None for another space."""
+    if operand[0] not in _STATIC:
+        return None
+    return card.read(name, operand, rows, n, stride)
+
+
+def _target(card, operand: tuple, rows: int, n: int, stride: int):
+    """The (rows, n) view a write lands in (ABUF or the host buffer, rows that do not overlap), or None."""
+    if operand[0] not in _STATIC or (stride < n and rows > 1):
+        return None
+    return card.read("dst", operand, rows, n, stride)
+
+
+def _vector_operand(card, r, name: str, row_scalar: bool):
+    space, value = getattr(r, name)
+    if space is Space.IMM:
+        return np.array(value, np.uint16).view(np.float16)
+    return _view(card, name, (space, value), r.rows, 1 if row_scalar else r.n, getattr(r, f"{name}_stride"))
+
+
+def _vector(card, r):
+    if r.rows == 0 or r.n == 0:
+        return _nothing
+    rows, n, op = r.rows, r.n, r.op
+    a = _view(card, "src1", r.src1, rows, n, r.src1_stride)
+    reduction = OPCODES[op].reduction
+    out = _target(card, r.dst, rows, 1 if reduction else n, r.dst_stride)
+    if a is None or out is None:
+        return None
+    if reduction == "max":
+        def run():
+            out[...] = numerics.reduce_max(a, axis=1)[:, None]
+        return run
+    if reduction:
+        b = _vector_operand(card, r, "src2", False) if op is Opcode.VDOT else None
+        if op is Opcode.VDOT and b is None:
+            return None
+        width = card.cfg.vector_width
+
+        def run():
+            out[...] = numerics.reduce_sum(a, width, b, axis=1)[:, None]
+        return run
+    if OPCODES[op].special:
+        name = OPCODES[op].special
+
+        def run():
+            out[...] = numerics.special(name, a)
+        return run
+    b = _vector_operand(card, r, "src2", r.flags.src2_row_scalar)
+    if b is None:
+        return None
+    if op is Opcode.VSCALE_SHIFT:
+        c = _vector_operand(card, r, "aux", r.flags.aux_row_scalar)
+        if c is None:
+            return None
+
+        def run():
+            out[...] = numerics.vscale_shift(a, b, c)
+        return run
+    fn = _BINARY[op]
+
+    def run():
+        out[...] = fn(a, b)
+    return run
+
+
+def _matrix(card, r):
+    """MATMUL and MASKED_QK: x a view, the weights (and a MATMUL's bias) read through Card.read, in the method's
+    order (bias, then weights)."""
+    if r.rows == 0 or r.n == 0:
+        return _nothing
+    rows, n, k = r.rows, r.n, r.k
+    x = _view(card, "src1", r.src1, rows, k, r.src1_stride)
+    out = _target(card, r.dst, rows, n, r.dst_stride)
+    if x is None or out is None:
+        return None
+    read, src2, src2_stride, width = card.read, r.src2, r.src2_stride, card.cfg.mac_width
+    if r.op is Opcode.MATMUL:
+        gelu, aux = bool(r.flags.gelu), r.aux
+        if aux[0] is Space.NONE:
+            def run():
+                out[...] = numerics.matmul(x, read("src2", src2, n, k, src2_stride).T, width, None, gelu)
+        else:
+            def run():
+                bias = read("aux", aux, 1, n, 0)[0]
+                out[...] = numerics.matmul(x, read("src2", src2, n, k, src2_stride).T, width, bias, gelu)
+        return run
+    top = _target(card, r.aux, rows, 1, r.aux_stride)
+    if top is None:
+        return None
+    masked = None
+    if n > r.pos + 1:
+        masked = np.arange(n)[None, :] > r.pos + np.arange(rows)[:, None]
+
+    def run():
+        scores = numerics.matmul(x, read("src2", src2, n, k, src2_stride).T, width)
+        if masked is not None:
+            scores[masked] = _NEG_INF
+        out[...] = scores
+        top[...] = numerics.reduce_max(scores, axis=1)[:, None]
+    return run
+
+
+def _copy(card, r):
+    """LOAD and STORE between ABUF and the host buffer (not a deferred LOAD from HBM: no view of HBM or WBUF)."""
+    if r.rows == 0 or r.n == 0:
+        return _nothing
+    transpose = bool(r.flags.transpose)
+    src = _view(card, "src1", r.src1, r.rows, r.n, r.src1_stride)
+    out = _target(card, r.dst, *((r.n, r.rows) if transpose else (r.rows, r.n)), r.dst_stride)
+    if src is None or out is None:
+        return None
+    if transpose:
+        src = src.T
+    if r.src1[0] is r.dst[0]:
+        def run():
+            out[...] = src.copy()
+        return run
+
+    def run():
+        out[...] = src
+    return run
