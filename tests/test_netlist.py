@@ -1,0 +1,125 @@
+"""hw/netlist.py and hw/netlist_depth.py (scripts/synth_netlist.py's whole-netlist synthesis): identical instances
+found by digest, figures summed along the hierarchy, logic levels counted on hand-made netlists, and one real Yosys
+run on a small design."""
+import json
+from pathlib import Path
+
+from amaranth.back import rtlil
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ringgpt.hw import netlist
+from ringgpt.hw.netlist_depth import SEQ, compose, module_arcs
+
+
+class Adder(wiring.Component):
+    def __init__(self, width: int):
+        self.width = width
+        super().__init__({"a": In(width), "b": In(width), "y": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.y.eq(self.a + self.b)
+        return m
+
+
+class Pair(wiring.Component):
+    """Two 8-bit adders (identical) and a 16-bit one."""
+    def __init__(self):
+        super().__init__({"a": In(8), "b": In(8), "y": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.first, m.submodules.second, m.submodules.wide = Adder(8), Adder(8), Adder(16)
+        for adder in (m.submodules.first, m.submodules.second):
+            m.d.comb += [adder.a.eq(self.a), adder.b.eq(self.b)]
+        m.d.comb += [m.submodules.wide.a.eq(m.submodules.first.y), m.submodules.wide.b.eq(m.submodules.second.y),
+                     self.y.eq(m.submodules.wide.y)]
+        return m
+
+
+def pair_modules():
+    return netlist.split_modules(rtlil.convert(Pair(), name="top", emit_src=False))
+
+
+def test_identical_instances_share_a_digest_and_are_counted_per_instance():
+    modules = pair_modules()
+    digests = netlist.module_digests(modules)
+    assert digests["\\top.first"] == digests["\\top.second"] != digests["\\top.wide"]
+    assert len(set(digests.values())) == 3
+    paths = netlist.instance_tree(modules)
+    assert paths == {"top": "\\top", "top/first": "\\top.first", "top/second": "\\top.second", "top/wide": "\\top.wide"}
+    own = {"\\top": {"LUT": 1}, "\\top.first": {"LUT": 10}, "\\top.second": {"LUT": 10}, "\\top.wide": {"LUT": 20}}
+    summed = netlist.totals(modules, own)
+    assert summed["top"] == {"LUT": 41} and summed["top/wide"] == {"LUT": 20}
+
+
+def _cell(kind, ins: dict, outs: dict, params=None):
+    return {"type": kind, "parameters": params or {}, "port_directions": {**{p: "input" for p in ins},
+                                                                          **{p: "output" for p in outs}},
+            "connections": {**ins, **outs}}
+
+
+def test_levels_count_luts_and_a_carry_chain_once():
+    # register 2 -> LUT -> LUT -> 8-bit carry chain of two CARRY4 -> LUT -> register; input port a -> LUT -> output y
+    cells = {
+        "r0": _cell("FDRE", {"D": [30], "C": [1], "CE": ["1"], "R": ["0"]}, {"Q": [2]}),
+        "l1": _cell("LUT1", {"I0": [2]}, {"O": [3]}),
+        "l2": _cell("LUT2", {"I0": [3], "I1": [2]}, {"O": [4]}),
+        "c0": _cell("CARRY4", {"CI": ["0"], "CYINIT": ["0"], "DI": [4, 4, 4, 4], "S": [4, 4, 4, 4]},
+                    {"O": [10, 11, 12, 13], "CO": [14, 15, 16, 17]}),
+        "c1": _cell("CARRY4", {"CI": [17], "CYINIT": ["0"], "DI": ["0"] * 4, "S": ["1"] * 4},
+                    {"O": [20, 21, 22, 23], "CO": [24, 25, 26, 27]}),
+        "l3": _cell("LUT2", {"I0": [23], "I1": [2]}, {"O": [30]}),
+        "l4": _cell("LUT1", {"I0": [40]}, {"O": [41]}),
+    }
+    module = {"ports": {"clk": {"direction": "input", "bits": [1]}, "a": {"direction": "input", "bits": [40]},
+                        "y": {"direction": "output", "bits": [41]}},
+              "cells": cells, "netnames": {"q": {"bits": [2]}, "d": {"bits": [30]}}}
+    measured = module_arcs(module, set())
+    arcs = {(a, b): n for a, b, n in measured["arcs"]}
+    assert arcs[(SEQ, SEQ)] == 4           # LUT, LUT, the chain (one level), LUT
+    assert arcs[("in:a", "out:y")] == 1
+    assert measured["deepest"][0] == {"levels": 4, "from": "q", "to": "d"}
+    assert measured["histogram"] == {4: 1}     # D; the clock is a port, CE and R constants
+    assert measured["loop_breaks"] == 0
+
+
+def test_compose_joins_arcs_along_the_hierarchy():
+    # top: register -> 2 levels -> child input; child: input -> 3 levels -> output; top: child output -> 1 -> register
+    arcs_of = {"top": {"arcs": [[SEQ, "cell:u:0", 2], ["cell:u:1", SEQ, 1], [SEQ, SEQ, 4]]},
+               "child": {"arcs": [["in:0", "out:1", 3], [SEQ, SEQ, 5]]}}
+    result = compose({"top": "top", "top/u": "child"}, arcs_of, {"top": {"u": "top/u"}, "top/u": {}})
+    assert result["max_logic_levels"] == 6
+    assert result["deepest"][0] == {"levels": 6, "through": ["top:<registers>", "top/u:0", "top/u:1",
+                                                             "top:<register inputs>"]}
+    assert result["deepest"][1] == {"levels": 5, "through": ["top/u:<registers>", "top/u:<register inputs>"]}
+    assert result["port_loops"] == []
+
+
+def test_a_small_design_synthesised_module_by_module(tmp_path: Path):
+    modules = pair_modules()
+    digests = netlist.module_digests(modules)
+    yosys, version = netlist.yosys_command()
+    jobs = netlist.jobs_for(modules, digests, tmp_path, yosys, version)
+    assert len(jobs) == 3                                   # the two 8-bit adders synthesised once
+    records = {digest: netlist.synthesise_unique(job) for digest, job in jobs.items()}
+    assert netlist.jobs_for(modules, digests, tmp_path, yosys, version) == {}      # all cached now
+    assert netlist.cached(tmp_path, digests["\\top.first"], version)["figures"] == records[digests["\\top.first"]][
+        "figures"]
+    narrow, wide = records[digests["\\top.first"]]["figures"], records[digests["\\top.wide"]]["figures"]
+    # the wide adder's upper input bits are the parent's constant zeros, which Amaranth writes into the child
+    # module: its sum of two 8-bit values needs 9 registers, not 16
+    assert narrow["FF"] == 8 and wide["FF"] == 9 and records[digests["\\top"]]["figures"]["FF"] == 0
+    own = {name: records[digests[name]]["figures"] for name in modules}
+    assert netlist.totals(modules, own)["top"]["FF"] == 25
+    # the top's arcs go from its input ports to both adders' inputs and from their outputs to the wide one's
+    top_arcs = {(a, b) for a, b, _ in records[digests["\\top"]]["arcs"]}
+    assert {p.split(":")[1] for a, b in top_arcs for p in (a, b) if p.startswith("cell:")} == {"first", "second", "wide"}
+    # a damaged record is not used
+    wide_digest = digests["\\top.wide"]
+    path = tmp_path / f"{wide_digest}.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "digest": "0" * 16}))
+    assert netlist.cached(tmp_path, wide_digest, version) is None
