@@ -12,9 +12,10 @@ from ringgpt.hw.program import Program
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.resolved import Resolved, access_ranges, scoreboard_ranges
 from ringgpt.hw.core.timing import router_cycles
-from ringgpt.sim.cycle_model import instruction_class, instruction_cost, link_excess, schedule, unit_timing
+from ringgpt.sim.cycle_model import instruction_class, instruction_cost, link_excess, occupancy, schedule, unit_timing
 from ringgpt.sim.cycle_model import scheduler, stalls
 from ringgpt.sim.cycle_model.fetch import _fetch_shape
+from ringgpt.sim.cycle_model.occupancy import COMPUTE_PARTS, TERMS
 from ringgpt.sim.cycle_model.scheduler import _costed
 from ringgpt.sim.functional import SimulatorDevice
 
@@ -281,6 +282,68 @@ def test_report_figures():
     assert report.hbm_bound_ms == pytest.approx(800 / 6.4e6)
     assert report.hbm_bound_pct == pytest.approx(100 * (800 / 6.4e9) / (report.cycles / 100e6))
     assert report.summary()["slowest_card"] == 0
+
+
+def run_with_traces(texts, cfg=CFG):
+    """`run`'s cycle report and the traces it was scheduled from."""
+    texts = [texts] if isinstance(texts, str) else texts
+    cfg = cfg.with_cards(len(texts)) if cfg.cards != len(texts) else cfg
+    cards = [CardImage(Program(assemble(t), cfg.name, cfg.hash, i, cfg.cards), [], 8192, 64)
+             for i, t in enumerate(texts)]
+    device = SimulatorDevice(cfg)
+    device.load(ApplianceImage(cfg, cards))
+    device.run(0, 1)
+    return device.last_report, [card.trace for card in device.cards]
+
+
+def terms(report, traces):
+    return [{k: c[k] for k in TERMS} for c in occupancy(report, traces)]
+
+
+def test_occupancy_partitions_each_cards_cycles():
+    # the LOAD holds the DMA unit 43..190 and the MATMUL (47..123) runs under it: all HBM; the fetch's first
+    # 43 cycles and the HALT's one are the controller's alone
+    assert terms(*run_with_traces(f"{LOAD_LONG}\n{MATMUL_BANK0}\nHALT")) == [
+        {"hbm": 147, "compute": 0, "ring": 0, "host": 0, "issue": 43 + 1, "after_halt": 0}]
+    # the LOAD waits for the MATMUL (43..119), taken at 121: 76 cycles of compute with HBM idle, the 2 cycles
+    # in the DMA unit's queue issue
+    report, traces = run_with_traces(f"{MATMUL_BANK0}\n{LOAD_LONG.replace('WBUF[4096]', 'WBUF[960]')}\nHALT")
+    assert terms(report, traces) == [
+        {"hbm": 147, "compute": 76, "ring": 0, "host": 0, "issue": 43 + 2 + 1, "after_halt": 0}]
+    assert {k: occupancy(report, traces)[0][k] for k in COMPUTE_PARTS} == {
+        "compute_matrix": 76, "compute_vector": 0, "compute_onchip": 0}
+    # a VADD (43..65) beside an independent MATMUL (47..123, test_write_after_read_and_read_after_write_wait): the
+    # matrix unit's cycles first, the vector unit's only where the matrix unit is idle (43..47)
+    report, traces = run_with_traces("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n"
+                                     f"{MATMUL_BANK0}\nHALT")
+    (card,) = occupancy(report, traces)
+    assert (card["compute"], card["compute_matrix"], card["compute_vector"]) == (123 - 43, 123 - 47, 47 - 43)
+    # test_report_figures' program: the DMA unit serves the LOAD (106) and the HBM STORE (53) from 43, then the
+    # host STORE (44) to 246; HALT 246..247. 800 bytes read at sim-small's 64 B a cycle: 12.5 cycles of bound
+    report, traces = run_with_traces("LOAD dst=WBUF[0] src1=HBM[0] rows=4 n=100\nSTORE dst=HBM[1000] src1=ABUF[0] "
+                                     "rows=1 n=64\nSTORE dst=HOST[0] src1=ABUF[0] rows=1 n=8\nHALT")
+    (card,) = occupancy(report, traces)
+    assert {k: card[k] for k in TERMS} == {"hbm": 106 + 53, "compute": 0, "ring": 0, "host": 44, "issue": 43 + 1,
+                                           "after_halt": 0}
+    assert (card["halt"], card["hbm_transfers"], card["hbm_read_bytes"]) == (247, 2, 800)
+    assert card["hbm_bound_cycles"] == 12.5
+    assert card["hbm_bound_pct"] == pytest.approx(100 * 12.5 / 247)
+
+
+def test_occupancy_counts_the_routers_waits_as_the_rings():
+    # test_allgather_starts_when_the_last_card_can: card 0's LOAD 43..86, its router could take the ALLGATHER at
+    # 88 (86 + its queue), done at 134; card 1's router could at 43 and waits for card 0 in it. HALT 134..135
+    card0 = "LOAD dst=ABUF[96] src1=HBM[0] rows=1 n=16\nALLGATHER dst=ABUF[200] src1=ABUF[96] rows=1 n=16\nHALT"
+    card1 = "ALLGATHER dst=ABUF[200] src1=ABUF[96] rows=1 n=16 k=16\nHALT"
+    assert terms(*run_with_traces([card0, card1])) == [
+        {"hbm": 43, "compute": 0, "ring": 134 - 88, "host": 0, "issue": 43 + 2 + 1, "after_halt": 0},
+        {"hbm": 0, "compute": 0, "ring": 134 - 43, "host": 0, "issue": 43 + 1, "after_halt": 0}]
+    # test_recv_waits_for_the_matching_send_and_the_hop: card 0's SEND 47..57, its HALT 57..58 (drained); card 1's
+    # RECV from 43 (taken at 41 + 2) to 98, its HALT 98..99: card 0 waits 41 cycles for the run's end
+    sends = ["NOP\nSEND src1=ABUF[0] rows=1 n=16\nHALT", "RECV dst=ABUF[0] rows=1 n=16\nHALT"]
+    assert terms(*run_with_traces(sends)) == [
+        {"hbm": 0, "compute": 0, "ring": 10, "host": 0, "issue": 47 + 1, "after_halt": 99 - 58},
+        {"hbm": 0, "compute": 0, "ring": 98 - 43, "host": 0, "issue": 43 + 1, "after_halt": 0}]
 
 
 def test_schedule_needs_one_consistent_trace_per_card():

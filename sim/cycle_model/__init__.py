@@ -11,16 +11,18 @@ instruction with every register-relative field resolved (`Resolved`). Definition
     fetch.py      when each program word reaches the controller (the fetch unit and its FIFO)
     scheduler.py  the controller's and scoreboard's overlap of all cards (`schedule`)
     report.py     what a schedule reports (`CycleReport`, `CardReport`)
+    occupancy.py  where each card's cycles of a run went: HBM, compute, ring, host, issue (`occupancy`)
 """
 from .costs import Cost, instruction_class, instruction_cost, link_excess
 from .fetch import FETCH_REQUEST, FETCH_TO_DECISION
 from .hbm import HbmService, dma_cycles, hbm_segments, hbm_service
+from .occupancy import card_occupancy, occupancy
 from .report import CardReport, CycleReport
 from .scheduler import QUEUE_TO_UNIT, schedule
 from .stalls import matrix_stall_cycles, vector_operands, vector_stall_cycles, weight_beat_cycles
 from .timing import unit_timing
 
 __all__ = ["FETCH_REQUEST", "FETCH_TO_DECISION", "QUEUE_TO_UNIT", "CardReport", "Cost", "CycleReport", "HbmService",
-           "dma_cycles", "hbm_segments", "hbm_service", "instruction_class", "instruction_cost", "link_excess",
-           "matrix_stall_cycles", "schedule", "unit_timing", "vector_operands", "vector_stall_cycles",
-           "weight_beat_cycles"]
+           "card_occupancy", "dma_cycles", "hbm_segments", "hbm_service", "instruction_class", "instruction_cost",
+           "link_excess", "matrix_stall_cycles", "occupancy", "schedule", "unit_timing", "vector_operands",
+           "vector_stall_cycles", "weight_beat_cycles"]
