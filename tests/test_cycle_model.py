@@ -163,14 +163,7 @@ def test_access_ranges_are_bounding_intervals():
 
 def run(texts, cfg=CFG):
     """The cycle report of one run of the given per-card assembly."""
-    texts = [texts] if isinstance(texts, str) else texts
-    cfg = cfg.with_cards(len(texts)) if cfg.cards != len(texts) else cfg
-    cards = [CardImage(Program(assemble(t), cfg.name, cfg.hash, i, cfg.cards), [], 8192, 64)
-             for i, t in enumerate(texts)]
-    device = SimulatorDevice(cfg)
-    device.load(ApplianceImage(cfg, cards))
-    device.run(0, 1)
-    return device.last_report
+    return run_with_traces(texts, cfg)[0]
 
 
 LOAD_LONG = "LOAD dst=WBUF[4096] src1=HBM[0] rows=1 n=2880"
