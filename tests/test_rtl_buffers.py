@@ -538,3 +538,15 @@ def test_geometry_follows_the_config(preset):
                             "w": (Space.WBUF, TileReadPort(cfg.mpu_lanes, cfg.mac_width))})
     buffers._MustUse__silence = True
     assert (buffers.chunk, buffers.banks) == (cfg.buffer_chunk_words, cfg.buffer_banks)
+
+
+def test_buffer_memories_map_to_ultraram(tmp_path):
+    """Yosys synth_xilinx maps a buffer's memories to URAM288 (its `ram_style`), none to block RAM: WBUF at u280 is as
+    large as all of the U280's block RAM. Two memories of 8-word rows, each one URAM288 wide (128 bits: two)."""
+    from amaranth.back import rtlil
+    from ringgpt.hw import netlist
+    buffer = BankedBuffer(2 * 8 * 64, chunk=8, banks=2, reads={"r": 8}, writes={"w": 8})
+    cells, _ = netlist.synthesise_module(rtlil.convert(buffer, name="top", emit_src=False), tmp_path,
+                                         netlist.yosys_command()[0])
+    found = netlist.figures(cells)
+    assert (found["URAM"], found["BRAM36"]) == (2 * 2, 0), found

@@ -54,6 +54,12 @@ from .interfaces import (WORD, BankWritePort, ReadPort, RowWritePort, SharedRead
                          WritePort)
 
 
+RAM_STYLE = "ultra"
+"""The memories' Xilinx `ram_style`: UltraRAM (4,096 rows of 72 bits, 960 on the U280; a 64-word row takes 15 side
+by side, whose 9 byte enables a word's two bytes share). WBUF alone is 71 Mbit, as much as all of the U280's block
+RAM: without it Yosys 0.23 maps a u280 ABUF to 1,088 RAMB36, with it to 255 URAM288 (docs/rtl-core.md, "Resources
+at u280")."""
+
 ADDRESS = 33
 """Bits of a chunk index or row computed from a 32-bit word address (with room for the next chunk)."""
 
@@ -188,7 +194,7 @@ class BankedBuffer(wiring.Component):
         # simulation: the engines' STORE reads start at the buffer word of a beat's lane 0, which may lie before
         # the buffer's first word or past its last (words wstrb leaves out)
         depth = 1 << (self.rows - 1).bit_length()
-        mems = [memory.Memory(shape=row_layout, depth=depth, init=[]) for _ in range(P)]
+        mems = [memory.Memory(shape=row_layout, depth=depth, init=[], attrs={"ram_style": RAM_STYLE}) for _ in range(P)]
         for b, mem in enumerate(mems):
             m.submodules[f"mem{b}"] = mem
         for name, width in self.reads.items():
