@@ -48,15 +48,29 @@ def delay(m: Module, value, cycles: int, *, name: str):
 
 
 def leading_zeros(m: Module, value: Value, *, name: str) -> Signal:
-    """Combinational count of leading zeros of `value` (its full width when `value` is 0)."""
+    """Combinational count of leading zeros of `value` (its full width when `value` is 0): a balanced tree, whose
+    node over a power-of-two span takes its upper half's count, else (that half all zero) its lower half's with the
+    span's top count bit set, so the depth grows with log2 of the width (a priority chain over 35 bits was 13 LUT
+    levels with the MAC tree's negation before it). `value` is padded below with a one to a power of two, which
+    makes a zero `value` count its own width."""
     value = Value.cast(value)
     width = len(value)
+    pad = (1 << (width - 1).bit_length()) - width if width > 1 else 1
+    padded = Cat(Const(1 << (pad - 1), pad), value) if pad else value
     count = Signal(range(width + 1), name=name)
-    m.d.comb += count.eq(width)
-    for bit in range(width):  # later assignments win: the highest set bit decides
-        with m.If(value[bit]):
-            m.d.comb += count.eq(width - 1 - bit)
+    zero, tree = _count_leading_zeros(padded)
+    m.d.comb += count.eq(Mux(zero, width, tree) if not pad else tree)
     return count
+
+
+def _count_leading_zeros(value: Value) -> tuple:
+    """(value == 0, leading zeros of `value` below its power-of-two width), as the tree of `leading_zeros`."""
+    if len(value) == 1:
+        return ~value[0], Const(0, 0)
+    half = len(value) // 2
+    low_zero, low = _count_leading_zeros(value[:half])
+    high_zero, high = _count_leading_zeros(value[half:])
+    return high_zero & low_zero, Cat(Mux(high_zero, low, high), high_zero)
 
 
 def is_nan32(x) -> Value:
