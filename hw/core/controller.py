@@ -37,6 +37,25 @@ def illegal_word(m: Module, inst, *, name: str = "illegal") -> Signal:
     return illegal
 
 
+def earliest_error(m: Module, candidates: list, *, name: str = "err") -> tuple:
+    """(any, code, pc) of the candidate (present, code, pc) with the lowest pc, the first listed on equal pcs: a
+    balanced tree of pairwise choices (log2 of the count deep, where a chain of choices was as deep as the list)."""
+    level = 0
+    while len(candidates) > 1:
+        paired = []
+        for index in range(0, len(candidates) - 1, 2):
+            (a_any, a_code, a_pc), (b_any, b_code, b_pc) = candidates[index], candidates[index + 1]
+            take_b = b_any & (~a_any | (b_pc < a_pc))
+            chosen = (Signal(name=f"{name}{level}_{index}_any"), Signal(ErrorCode, name=f"{name}{level}_{index}_code"),
+                      Signal(PC_BITS, name=f"{name}{level}_{index}_pc"))
+            m.d.comb += [chosen[0].eq(a_any | b_any), chosen[1].eq(Mux(take_b, b_code, a_code)),
+                         chosen[2].eq(Mux(take_b, b_pc, a_pc))]
+            paired.append(chosen)
+        candidates = paired + candidates[len(candidates) // 2 * 2:]
+        level += 1
+    return candidates[0]
+
+
 def control_value(inst, regs):
     """The value SETI, ADDI, MULI or ADD writes to R[rd] (isa.control_result): 32-bit wrap, R0 reads 0."""
     rs, rt, imm = regs[inst.rs], regs[inst.rt], inst.imm.as_unsigned()
@@ -147,12 +166,9 @@ class Controller(wiring.Component):
             status = getattr(self, f"status_{u.name.lower()}")
             events.append((status.done & (status.error != ErrorCode.NONE), status.error,
                            getattr(board, f"oldest_pc_{u.name.lower()}")))
-        best_code, best_pc = self.error, self.error_pc
-        for index, (happened, code, pc) in enumerate(events):
-            better = happened & self.busy & ((best_code == ErrorCode.NONE) | (pc < best_pc))
-            next_code, next_pc = Signal(ErrorCode, name=f"err_code{index}"), Signal(PC_BITS, name=f"err_pc{index}")
-            m.d.comb += [next_code.eq(Mux(better, code, best_code)), next_pc.eq(Mux(better, pc, best_pc))]
-            best_code, best_pc = next_code, next_pc
+        candidates = [(self.error != ErrorCode.NONE, self.error, self.error_pc)]
+        candidates += [(happened & self.busy, code, pc) for happened, code, pc in events]
+        _, best_code, best_pc = earliest_error(m, candidates)
         m.d.sync += [self.error.eq(best_code), self.error_pc.eq(best_pc)]
         failed = Cat(happened for happened, _, _ in events).any() & self.busy
         stop = running & (halt_now | failed)
