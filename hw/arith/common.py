@@ -103,7 +103,9 @@ def round_pack_fp32(m: Module, sign: Value, exp: Value, sig: Value, *, name: str
     m.d.comb += exp_out.eq(exp + carry)
     normal = carry | rounded[23]
     packed = Signal(32, name=name)
-    with m.If(exp_out >= FP32_EXP_MAX):
+    # exp_out >= 255, with the exponent's comparisons made beside the rounding and only the carry after it
+    overflow = (exp >= FP32_EXP_MAX) | ((exp == FP32_EXP_MAX - 1) & carry)
+    with m.If(overflow):
         m.d.comb += packed.eq(Cat(Const(FP32_INF, 31), sign))
     with m.Else():
         m.d.comb += packed.eq(Cat(mant, Mux(normal, exp_out[:8], 0), sign))

@@ -18,8 +18,8 @@ _FLAGS = ("sign", "nan", "inf", "zero_sign")
 class FP32AddCore(wiring.Component):
     """Free-running FP32 adder: `o` = add_fp32(i.a, i.b), `latency` = 5 cycles.
 
-    Stages: unpack, order by magnitude and take the exponent difference; align the smaller
-    operand (shifted-out bits kept as a sticky bit); add or subtract; normalise (leading-zero count,
+    Stages: unpack, order by magnitude and take the exponent difference (and the smaller significand's trailing
+    zeros); align the smaller operand (a sticky bit when the shift passes its lowest set bit); add or subtract; normalise (leading-zero count,
     the left shift limited so results below 2**-126 stay subnormal); round to nearest even and pack.
     """
 
@@ -43,8 +43,11 @@ class FP32AddCore(wiring.Component):
         m.d.comb += shift.eq(Mux(diff > _WIDE, _WIDE, diff))
         exp = Signal(8)
         m.d.comb += exp.eq(Mux(big.exp == 0, 1, big.exp))
+        sig_small = Cat(small.mant, small.exp != 0)
+        # the smaller significand's trailing zeros (24 when it is 0), for stage 2's sticky bit
+        trailing = leading_zeros(m, sig_small[::-1], name="s1_trailing")
         s1 = stage(m, "s1", sign=big.sign, sub=a.sign ^ b.sign, exp=exp,
-                   sig_big=Cat(big.mant, big.exp != 0), sig_small=Cat(small.mant, small.exp != 0),
+                   sig_big=Cat(big.mant, big.exp != 0), sig_small=sig_small, trailing=trailing,
                    shift=shift, inf=is_inf32(a) | is_inf32(b), zero_sign=a.sign & b.sign,
                    nan=is_nan32(a) | is_nan32(b) | (is_inf32(a) & is_inf32(b) & (a.sign != b.sign)))
 
@@ -52,7 +55,7 @@ class FP32AddCore(wiring.Component):
         wide_small = Cat(C(0, _GUARD), s1["sig_small"])
         aligned = Signal(_WIDE)
         m.d.comb += aligned.eq(wide_small >> s1["shift"])
-        lost = (wide_small & ((C(1, _WIDE + 1) << s1["shift"]) - 1)[:_WIDE]).any()
+        lost = s1["shift"] > s1["trailing"] + _GUARD     # the lowest set bit is shifted out
         s2 = stage(m, "s2", big=Cat(C(0, _GUARD), s1["sig_big"]), small=aligned | lost,
                    **{k: s1[k] for k in _FLAGS + ("sub", "exp")})
 
