@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
-from .common import FP16, FP16_EXP_MAX, FP16_INF, FP32, FP32_EXP_MAX, stage
+from .common import FP16, FP16_EXP_MAX, FP16_INF, FP32, FP32_EXP_MAX, leading_zeros, stage
 from .stream import Streamed
 
 _REBIAS = nx.FP32_BIAS - nx.FP16_BIAS                   # 112: FP16 exponent = FP32 exponent - 112
@@ -18,7 +18,7 @@ class ToFP16Core(wiring.Component):
     """Free-running FP32 -> FP16 converter: `o` = to_fp16(i), `latency` = 2 cycles.
 
     Stage 1 classifies the input and picks the right shift of the 24-bit significand (13 for
-    normal results, more for subnormal ones); stage 2 shifts, rounds to nearest even and adds the
+    normal results, more for subnormal ones) and counts its trailing zeros (for the sticky bit); stage 2 shifts, rounds to nearest even and adds the
     rounding carry into the packed exponent/mantissa, so a carry out of the largest finite value
     gives Inf.
     """
@@ -40,7 +40,8 @@ class ToFP16Core(wiring.Component):
         with m.Else():
             m.d.comb += shift.eq(_MAX_SHIFT)
         special = x.exp == FP32_EXP_MAX
-        s1 = stage(m, "s1", sig=Cat(x.mant, 1), shift=shift,
+        sig = Cat(x.mant, 1)
+        s1 = stage(m, "s1", sig=sig, shift=shift, trailing=leading_zeros(m, sig[::-1], name="s1_trailing"),
                    exp=Mux(normal, (x.exp - _REBIAS)[:nx.FP16_EXP_BITS], 0), sign=x.sign,
                    nan=special & (x.mant != 0), inf=special & (x.mant == 0),
                    overflow=x.exp >= _REBIAS + FP16_EXP_MAX, zero=x.exp == 0)
@@ -50,7 +51,7 @@ class ToFP16Core(wiring.Component):
         m.d.comb += kept.eq(sig >> shift)
         below = Cat(C(0, 1), sig)                       # bit j: significand bit j - 1
         guard = (below >> shift)[0]
-        sticky = (below & ((C(1, 26) << shift) - 1)[:25]).any()
+        sticky = shift > s1["trailing"] + 1             # a set significand bit below the guard bit
         up = guard & (sticky | kept[0])
         magnitude = Signal(15)
         m.d.comb += magnitude.eq(Cat(kept[:nx.FP16_MAN_BITS], s1["exp"]) + up)
