@@ -81,24 +81,26 @@ def is_inf32(x) -> Value:
     return (x.exp == FP32_EXP_MAX) & (x.mant == 0)
 
 
-def round_pack_fp32(m: Module, sign: Value, exp: Value, sig: Value, *, name: str) -> Signal:
+def round_pack_fp32(m: Module, sign: Value, exp: Value, sig: Value, *, name: str, sticky: Value | None = None) -> Signal:
     """Rounds a finite, nonzero FP32 magnitude to nearest even and packs it (combinational).
 
     `sig` holds 24 significand bits followed by at least one guard bit (its top bit is the hidden
     bit); `exp` is the biased exponent the value has when that top bit is set. A significand whose
     top bit is clear must come with `exp` == 1 (a subnormal). Exponents that reach 255 after
-    rounding give Inf.
+    rounding give Inf. `sticky`, when given, is whether a bit below the guard bit is set (a caller that knows it
+    sooner than the OR of those bits of `sig`).
     """
     extra = len(sig) - 24
     assert extra >= 1
     keep = sig[extra:]
     guard = sig[extra - 1]
-    sticky = sig[:extra - 1].any() if extra > 1 else Const(0, 1)
+    if sticky is None:
+        sticky = sig[:extra - 1].any() if extra > 1 else Const(0, 1)
     up = guard & (sticky | keep[0])
     rounded = Signal(25, name=f"{name}_rounded")
     m.d.comb += rounded.eq(keep + up)
     carry = rounded[24]
-    mant = Mux(carry, rounded[1:24], rounded[:23])
+    mant = rounded[:23]         # a carry out leaves 2**24: its bits 0..23 are all 0, as rounded[1:24] would be
     exp_out = Signal(unsigned(len(exp) + 1), name=f"{name}_exp")
     m.d.comb += exp_out.eq(exp + carry)
     normal = carry | rounded[23]

@@ -68,14 +68,16 @@ class FP32AddCore(wiring.Component):
         total = s3["sum"]
         lz = leading_zeros(m, total[:_WIDE], name="s4_lz")
         limit = s3["exp"] - 1
+        clamped = lz > limit                           # below 2**-126: shift only to exponent 1
         left = Signal(range(_WIDE + 1))
-        m.d.comb += left.eq(Mux(lz > limit, limit, lz))
+        m.d.comb += left.eq(Mux(clamped, limit, lz))
         norm = Signal(_WIDE)
         exp = Signal(9)
         with m.If(total[_WIDE]):
             m.d.comb += [norm.eq(Cat(total[0] | total[1], total[2:])), exp.eq(s3["exp"] + 1)]
         with m.Else():
-            m.d.comb += [norm.eq(total[:_WIDE] << left), exp.eq(s3["exp"] - left)]
+            # s3 exp - left, with the subtraction beside the comparison (exp - limit is 1)
+            m.d.comb += [norm.eq(total[:_WIDE] << left), exp.eq(Mux(clamped, 1, s3["exp"] - lz))]
         s4 = stage(m, "s4", norm=norm, exp=exp, zero=total == 0, **{k: s3[k] for k in _FLAGS})
 
         # 5: round to nearest even, pack, specials

@@ -61,7 +61,8 @@ class MacTreeCore(wiring.Component):
     bit) and exponent sum q (exponent fields, subnormals 1), and reduces the lanes' NaN, Inf and -0 flags. Then
     the largest q of the nonzero products (a max tree); each product aligned to it, magnitude << TREE_GUARD_BITS >>
     (qmax - q), negative ones as their ones' complement; the integer adder tree, whose root also adds the count of
-    negative products (registered once more); the sum's magnitude and leading zeros; FP32 rounding (RNE) and packing.
+    negative products (registered once more); the sum's magnitude, leading and trailing zeros; FP32 rounding (RNE,
+    the sticky bit from the trailing zeros) and packing.
     `latency` = 2 * tree_stages(width) + 5 cycles (11 at width 64); one dot product of `width` terms per cycle.
     """
 
@@ -124,11 +125,13 @@ class MacTreeCore(wiring.Component):
         magnitude = Signal(unsigned(_ALIGNED + W.bit_length()), name="magnitude")
         m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
         n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
-                   zero=total == 0, qmax=q_top)
+                   trailing=leading_zeros(m, magnitude[::-1], name="trailing"), zero=total == 0, qmax=q_top)
         normalised = Signal(len(magnitude), name="normalised")
         m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
         exp = n1["qmax"] + (len(magnitude) - 1 + _EXP_OFFSET) - n1["lz"]
-        packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed")
+        # a set bit below the guard bit (bit len - 25 of `normalised`): the lowest one, shifted up by lz, lies below it
+        sticky = n1["trailing"] + n1["lz"] < len(magnitude) - 25
+        packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed", sticky=sticky)
         late = delay(m, Cat(*flags.values()), self.latency - 2, name="flags")
         register_fp32_result(m, self.o, nan=late[0], inf=late[1], zero=n1["zero"], sign=late[2],
                              zero_sign=late[3], packed=packed)
