@@ -164,6 +164,14 @@ def share(figures_: dict) -> dict:
 
 
 FLOW = f"Yosys {SYNTH}, each unique module once, its children black boxes"
+REPORTS = Path(__file__).resolve().parents[1] / "docs" / "bench"
+
+
+def report_path(config: str) -> Path:
+    """Where scripts/synth_netlist.py writes a config's report unless told (its --out)."""
+    return REPORTS / f"{config.replace('-', '_')}_netlist.json"
+
+
 FANOUT_LIMIT = 1000
 """A bit read by more cell pins than this is reported (`high_fanout`)."""
 

@@ -47,6 +47,7 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.errors import RingGPTError
 from ringgpt.hw.kernel import floorplan, registers, vitis
 from ringgpt.hw.kernel.kernel import KERNEL_MODULE, KernelTop
+from ringgpt.hw.netlist import report_path
 from ringgpt.sim.cocotb_support.runner import verilator_bin
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,7 +181,7 @@ class Build:
 
     def __init__(self, cfg: ArchConfig, preset: str, target: vitis.Platform, out: Path, netlist: Path | None = None):
         self.cfg, self.target, self.out, self.work = cfg, target, out, out / vitis.WORK
-        self.preset, self.netlist = preset, netlist or floorplan.netlist_report(preset)
+        self.preset, self.netlist = preset, netlist or report_path(preset)
         self.found = self._entries() if out.exists() else None
         """What the build folder held before this run (None: the run creates it), for discard()."""
         self.manifest = {"kernel": KERNEL_MODULE, "config": preset, "config_hash": cfg.hash, "cards": cfg.cards,

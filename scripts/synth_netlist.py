@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=ROOT / "out" / "netlist", help="module records by digest")
     parser.add_argument("--jobs", type=int, default=2, help="Yosys runs at once (default 2)")
     args = parser.parse_args(argv)
-    out = args.out or ROOT / "docs" / "bench" / f"{args.config.replace('-', '_')}_netlist.json"
+    out = args.out or netlist.report_path(args.config)
     try:
         yosys, version = netlist.yosys_command()
     except RuntimeError as exc:

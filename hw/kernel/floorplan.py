@@ -36,12 +36,12 @@ from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.core.core import HOST_INPUTS, SETTINGS, STATUS, Core
 from ringgpt.hw.errors import RingGPTError
 from ringgpt.hw.isa import Space
+from ringgpt.hw.netlist import report_path
 from ringgpt.hw.resource_estimates import U280_LIMITS
 
 from .kernel import KERNEL_MODULE
 from .vitis import DEFAULT_PLATFORM, Platform, instance, platform
 
-ROOT = Path(__file__).resolve().parents[2]
 FLOORPLAN_TCL = "floorplan.tcl"
 RESOURCES = ("LUT", "FF", "DSP", "BRAM36", "URAM")
 CEILING = 0.70
@@ -101,11 +101,6 @@ def capacity(target: Platform) -> SlrCapacity:
         raise FloorplanError(f"no SLR capacities for Vitis platform {target.name!r}: add them to "
                              "ringgpt.hw.kernel.floorplan.SLR_CAPACITY (platforminfo --verbose lists them)")
     return SLR_CAPACITY[target.name]
-
-
-def netlist_report(preset: str) -> Path:
-    """Where scripts/synth_netlist.py writes the netlist report of `preset` by default (its --out)."""
-    return ROOT / "docs" / "bench" / f"{preset.replace('-', '_')}_netlist.json"
 
 
 # --- connections, from the signatures ---------------------------------------------------------------------------
@@ -339,7 +334,7 @@ def main(argv=None) -> int:
                 (link.ports[0], "...", f"{link.ports[-1]} ({len(link.ports)})")
             print(f"{link.a + ' - ' + link.b:24}{link.bits:>10,}  {', '.join(ports)}")
         print(f"ends: {', '.join(f'{end} {slr}' for end, slr in ends(cfg, target).items())}")
-        source = args.netlist or netlist_report(preset)
+        source = args.netlist or report_path(preset)
         if not source.is_file():
             print(f"floorplan not checked: {source} absent (python scripts/synth_netlist.py --config {preset} "
                   "writes it)")
