@@ -52,25 +52,30 @@ def leading_zeros(m: Module, value: Value, *, name: str) -> Signal:
     node over a power-of-two span takes its upper half's count, else (that half all zero) its lower half's with the
     span's top count bit set, so the depth grows with log2 of the width (a priority chain over 35 bits was 13 LUT
     levels with the MAC tree's negation before it). `value` is padded below with a one to a power of two, which
-    makes a zero `value` count its own width."""
-    value = Value.cast(value)
-    width = len(value)
+    makes a zero `value` count its own width. Each node is a signal of its own, so the RTLIL stays linear in the
+    width (an expression used twice is written out twice)."""
+    width = len(Value.cast(value))
+    held = Signal(width, name=f"{name}_of")
+    m.d.comb += held.eq(value)
     pad = (1 << (width - 1).bit_length()) - width if width > 1 else 1
-    padded = Cat(Const(1 << (pad - 1), pad), value) if pad else value
+    padded = Cat(Const(1 << (pad - 1), pad), held) if pad else held
     count = Signal(range(width + 1), name=name)
-    zero, tree = _count_leading_zeros(padded)
+    zero, tree = _count_leading_zeros(m, padded, name=name)
     m.d.comb += count.eq(Mux(zero, width, tree) if not pad else tree)
     return count
 
 
-def _count_leading_zeros(value: Value) -> tuple:
-    """(value == 0, leading zeros of `value` below its power-of-two width), as the tree of `leading_zeros`."""
+def _count_leading_zeros(m: Module, value: Value, *, name: str) -> tuple:
+    """(value == 0, leading zeros of `value` below its power-of-two width) as signals, the tree of
+    `leading_zeros`."""
     if len(value) == 1:
         return ~value[0], Const(0, 0)
     half = len(value) // 2
-    low_zero, low = _count_leading_zeros(value[:half])
-    high_zero, high = _count_leading_zeros(value[half:])
-    return high_zero & low_zero, Cat(Mux(high_zero, low, high), high_zero)
+    low_zero, low = _count_leading_zeros(m, value[:half], name=f"{name}_l")
+    high_zero, high = _count_leading_zeros(m, value[half:], name=f"{name}_h")
+    zero, count = Signal(name=f"{name}_zero"), Signal(len(low) + 1, name=f"{name}_count")
+    m.d.comb += [zero.eq(high_zero & low_zero), count.eq(Cat(Mux(high_zero, low, high), high_zero))]
+    return zero, count
 
 
 def is_nan32(x) -> Value:
