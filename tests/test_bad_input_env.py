@@ -304,7 +304,7 @@ def test_an_interrupt_over_an_earlier_build_records_the_step_in_its_manifest(tmp
     before = sorted(p.name for p in out.iterdir())
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
 
-    def interrupted(cfg, target):
+    def interrupted(cfg, target, floorplan=None):
         (out / "half-written.tcl").write_text("")
         raise KeyboardInterrupt
     monkeypatch.setattr(build.vitis, "vitis_files", interrupted)
