@@ -65,6 +65,13 @@ def leading_zeros(m: Module, value: Value, *, name: str) -> Signal:
     return count
 
 
+def trailing_zeros(m: Module, value: Value, *, name: str) -> Signal:
+    """Combinational count of trailing zeros of `value` (its full width when 0): `leading_zeros` of its bits
+    reversed, for sticky bits known before a shift (a set bit below position p after shifting right by s exists
+    when s > trailing zeros + p)."""
+    return leading_zeros(m, Value.cast(value)[::-1], name=name)
+
+
 def _count_leading_zeros(m: Module, value: Value, *, name: str) -> tuple:
     """(value == 0, leading zeros of `value` below its power-of-two width) as signals, the tree of
     `leading_zeros`."""

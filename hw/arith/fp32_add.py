@@ -5,7 +5,8 @@ from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import FP32, is_inf32, is_nan32, leading_zeros, register_fp32_result, round_pack_fp32, stage
+from .common import (FP32, is_inf32, is_nan32, leading_zeros, register_fp32_result, round_pack_fp32, stage,
+                     trailing_zeros)
 from .stream import Streamed
 
 ADD_OPERANDS = data.StructLayout({"a": FP32, "b": FP32})
@@ -19,8 +20,9 @@ class FP32AddCore(wiring.Component):
     """Free-running FP32 adder: `o` = add_fp32(i.a, i.b), `latency` = 5 cycles.
 
     Stages: unpack, order by magnitude and take the exponent difference (and the smaller significand's trailing
-    zeros); align the smaller operand (a sticky bit when the shift passes its lowest set bit); add or subtract; normalise (leading-zero count,
-    the left shift limited so results below 2**-126 stay subnormal); round to nearest even and pack.
+    zeros); align the smaller operand (a sticky bit when the shift passes its lowest set bit); add or subtract;
+    normalise (leading-zero count, the left shift limited so results below 2**-126 stay subnormal); round to nearest
+    even and pack.
     """
 
     latency = 5
@@ -45,7 +47,7 @@ class FP32AddCore(wiring.Component):
         m.d.comb += exp.eq(Mux(big.exp == 0, 1, big.exp))
         sig_small = Cat(small.mant, small.exp != 0)
         # the smaller significand's trailing zeros (24 when it is 0), for stage 2's sticky bit
-        trailing = leading_zeros(m, sig_small[::-1], name="s1_trailing")
+        trailing = trailing_zeros(m, sig_small, name="s1_trailing")
         s1 = stage(m, "s1", sign=big.sign, sub=a.sign ^ b.sign, exp=exp,
                    sig_big=Cat(big.mant, big.exp != 0), sig_small=sig_small, trailing=trailing,
                    shift=shift, inf=is_inf32(a) | is_inf32(b), zero_sign=a.sign & b.sign,

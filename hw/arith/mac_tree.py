@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
 from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, leading_zeros, register, \
-    register_fp32_result, round_pack_fp32, stage
+    register_fp32_result, round_pack_fp32, stage, trailing_zeros
 from .stream import Streamed
 
 LEVELS_PER_STAGE = 2
@@ -125,7 +125,7 @@ class MacTreeCore(wiring.Component):
         magnitude = Signal(unsigned(_ALIGNED + W.bit_length()), name="magnitude")
         m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
         n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
-                   trailing=leading_zeros(m, magnitude[::-1], name="trailing"), zero=total == 0, qmax=q_top)
+                   trailing=trailing_zeros(m, magnitude, name="trailing"), zero=total == 0, qmax=q_top)
         normalised = Signal(len(magnitude), name="normalised")
         m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
         exp = n1["qmax"] + (len(magnitude) - 1 + _EXP_OFFSET) - n1["lz"]

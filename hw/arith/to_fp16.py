@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
-from .common import FP16, FP16_EXP_MAX, FP16_INF, FP32, FP32_EXP_MAX, leading_zeros, stage
+from .common import FP16, FP16_EXP_MAX, FP16_INF, FP32, FP32_EXP_MAX, stage, trailing_zeros
 from .stream import Streamed
 
 _REBIAS = nx.FP32_BIAS - nx.FP16_BIAS                   # 112: FP16 exponent = FP32 exponent - 112
@@ -18,9 +18,9 @@ class ToFP16Core(wiring.Component):
     """Free-running FP32 -> FP16 converter: `o` = to_fp16(i), `latency` = 2 cycles.
 
     Stage 1 classifies the input and picks the right shift of the 24-bit significand (13 for
-    normal results, more for subnormal ones) and counts its trailing zeros (for the sticky bit); stage 2 shifts, rounds to nearest even and adds the
-    rounding carry into the packed exponent/mantissa, so a carry out of the largest finite value
-    gives Inf.
+    normal results, more for subnormal ones) and counts its trailing zeros (for the sticky bit); stage 2
+    shifts, rounds to nearest even and adds the rounding carry into the packed exponent/mantissa, so a
+    carry out of the largest finite value gives Inf.
     """
 
     latency = 2
@@ -41,7 +41,7 @@ class ToFP16Core(wiring.Component):
             m.d.comb += shift.eq(_MAX_SHIFT)
         special = x.exp == FP32_EXP_MAX
         sig = Cat(x.mant, 1)
-        s1 = stage(m, "s1", sig=sig, shift=shift, trailing=leading_zeros(m, sig[::-1], name="s1_trailing"),
+        s1 = stage(m, "s1", sig=sig, shift=shift, trailing=trailing_zeros(m, sig, name="s1_trailing"),
                    exp=Mux(normal, (x.exp - _REBIAS)[:nx.FP16_EXP_BITS], 0), sign=x.sign,
                    nan=special & (x.mant != 0), inf=special & (x.mant == 0),
                    overflow=x.exp >= _REBIAS + FP16_EXP_MAX, zero=x.exp == 0)
