@@ -22,7 +22,9 @@ from pathlib import Path
 
 from ringgpt.hw.resource_estimates import SYNTH, U280_LIMITS, summarise
 
-_NUMBER = re.compile(r"\$(\d+)")
+_NUMBERED = re.compile(r"\S*\$\d\S*")
+"""A token (whitespace-delimited) that holds a global number: `$12`, `\\port$28406$1`."""
+_NUMBER = re.compile(r"\$\d+")
 _CELL = re.compile(r"^  cell (\S+) (\S+)$")
 _PORT = re.compile(r"^  wire (?:width \d+ )?(?:input|output|inout) (\d+) +\\?(\S+)$")
 
@@ -67,7 +69,9 @@ def split_modules(text: str) -> dict[str, RtlilModule]:
 
 def module_digests(modules: dict[str, RtlilModule]) -> dict[str, str]:
     """A digest per module name: equal for modules that differ only in their name, the global numbers in their
-    identifiers and the names of their (equal) children."""
+    identifiers and the names of their (equal) children. Each identifier that holds a global number is numbered
+    locally as a whole, in order of first appearance (numbering the numbers themselves would make one number that
+    a port and a wire share in one design, and not in another, change the order)."""
     digests: dict[str, str] = {}
 
     def digest(name: str) -> str:
@@ -79,7 +83,8 @@ def module_digests(modules: dict[str, RtlilModule]) -> dict[str, str]:
                 match = _CELL.match(line)
                 if match and match.group(1) in modules:
                     line = f"  cell {digest(match.group(1))} {match.group(2)}"
-                body.append(_NUMBER.sub(lambda m: "$" + local.setdefault(m.group(1), str(len(local))), line))
+                body.append(_NUMBERED.sub(lambda m: _NUMBER.sub("$", m.group(0)) + "#"
+                                          + local.setdefault(m.group(0), str(len(local))), line))
             digests[name] = hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
         return digests[name]
 

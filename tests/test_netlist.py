@@ -55,6 +55,25 @@ def test_identical_instances_share_a_digest_and_are_counted_per_instance():
     assert summed["top"] == {"LUT": 41} and summed["top/wide"] == {"LUT": 20}
 
 
+def _module(name: str, *body: str) -> netlist.RtlilModule:
+    return netlist.RtlilModule(name, [f"module {name}", *body, "end"])
+
+
+def test_digests_ignore_global_numbers_even_where_a_port_and_a_wire_share_one():
+    # the same module twice, its global numbers shifted; in the first, 10 is both the port's number and a wire's
+    first = _module("\\a", "  wire width 8 input 1 \\port$10$0", "  wire width 8 $12", "  wire width 8 $10",
+                    "  connect $12 \\port$10$0", "  connect $10 $12")
+    second = _module("\\b", "  wire width 8 input 1 \\port$20$0", "  wire width 8 $22", "  wire width 8 $21",
+                     "  connect $22 \\port$20$0", "  connect $21 $22")
+    rewired = _module("\\c", "  wire width 8 input 1 \\port$20$0", "  wire width 8 $22", "  wire width 8 $21",
+                      "  connect $22 \\port$20$0", "  connect $22 $21")
+    renamed = _module("\\d", "  wire width 8 input 1 \\other$20$0", "  wire width 8 $22", "  wire width 8 $21",
+                      "  connect $22 \\other$20$0", "  connect $21 $22")
+    digests = netlist.module_digests({m.name: m for m in (first, second, rewired, renamed)})
+    assert digests["\\a"] == digests["\\b"]
+    assert len({digests["\\b"], digests["\\c"], digests["\\d"]}) == 3     # a connection or a name changed
+
+
 def _cell(kind, ins: dict, outs: dict, params=None):
     return {"type": kind, "parameters": params or {}, "port_directions": {**{p: "input" for p in ins},
                                                                           **{p: "output" for p in outs}},
