@@ -52,3 +52,15 @@ def test_census_counts_every_buffer_block_once_per_card():
     assert counts[("MATMUL", "dst", "ABUF")] == {"misaligned": 1}
     assert found == [{"card": 0, "op": "MATMUL", "operand": "dst", "space": "ABUF", "base": 1, "rows": 1, "cols": C,
                       "stride": 0}]
+
+
+def test_compiled_gpt2_width_programs_address_the_buffers_on_chunks():
+    # GPT-2 124M's widths and vocabulary (one layer): the LM head's pieces start on buffer chunks
+    # (compiler.layout.lm_head_align; in the matrix unit's 16-column groups, pieces of 2,288 columns: 30 misaligned
+    # blocks a run on one card)
+    for cards in (1, 2):
+        cfg = get_config("u280", cards)
+        traces = census_script.run_traces("n_layer=1,n_embd=768,n_head=12", cfg, prompt=2, max_context=64)
+        counts, found = census_script.census(traces, cfg)
+        assert found == []
+        assert counts[("MATMUL", "dst", "ABUF")]["aligned"] > 20 * cards

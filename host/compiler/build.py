@@ -11,10 +11,10 @@ from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, KVArea, Piece, Stat, align_up, card_hbm,
                                           chunk_count, embedding_row, gathered_pieces, kv_cache_words, layer_stream,
-                                          layer_widths, ln_block, pack_slice, plan_buffers, region_align,
-                                          weight_stride)
+                                          layer_widths, lm_head_align, ln_block, pack_slice, plan_buffers,
+                                          region_align, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
-from ringgpt.host.compiler.partition import Partition, partition, split
+from ringgpt.host.compiler.partition import Partition, model_partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import check_weights, weights_hash
@@ -120,7 +120,7 @@ class CardBuilder:
         self.pieces = [p for layer in range(dims.n_layer) for p in stream.of_layer(layer, self.stream_start)]
         self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.start("lm_head")
         pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), ctx.slot_words,
-                   config.mpu_lanes, "wte" if ctx.tied else "lm_head")
+                   lm_head_align(config), "wte" if ctx.tied else "lm_head")
         self.kv = [m.start(f"KV cache L{layer}") if self.local_heads else None for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
 
@@ -570,7 +570,7 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     if weights:
         check_weights(model.named_parameters(), f"model {getattr(model.config, 'name_or_path', '')!r}", CompileError,
                       fp16=True)
-    part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
+    part = model_partition(dims, config)
     kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, kv_group, max_rows)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.beat_words)

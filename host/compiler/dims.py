@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import check_hbm, plan_buffers
-from ringgpt.host.compiler.partition import partition
+from ringgpt.host.compiler.partition import model_partition
 from ringgpt.host.reference.spec import SUPPORTED_ACTIVATIONS
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.errors import RingGPTError
@@ -81,7 +81,7 @@ def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: i
         raise CompileError(f"wbuf_slots={wbuf_slots} must be in 2..{config.wbuf_words // config.mac_width}")
     if max_rows is not None and max_rows < 1:
         raise CompileError(f"max_rows={max_rows} must be at least 1")
-    part = partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
+    part = model_partition(dims, config)
     kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows)
     check_hbm(config, dims, part, kv.slot_words, plans, max_context)
     return dims

@@ -41,6 +41,14 @@ def region_align(config) -> int:
     return math.lcm(config.buffer_chunk_words, config.beat_words)
 
 
+def lm_head_align(config) -> int:
+    """Columns on whose multiples the LM head's pieces start (piece_spans): whole buffer rows (buffer_chunk_words) of
+    the matrix unit's lane groups (mpu_lanes), so that each piece writes its logits from a buffer row's first word.
+    The layers' pieces stay in mpu_lanes groups: in whole buffer rows they are more pieces, 1-3 % more decode time on
+    1 and 2 cards (docs/rtl-core.md)."""
+    return math.lcm(config.buffer_chunk_words, config.mpu_lanes)
+
+
 def embedding_row(d: int, beat: int) -> int:
     """Words from one position-embedding row to the next in HBM (wpe), and from one staged token or position row to
     the next in BIG: n_embd rounded up to the HBM beat (misaligned_transfer). Where that is not n_embd, the
