@@ -8,7 +8,10 @@ Decode ms per token of each in wall time (the ratio that counts: PyTorch runs on
 2-core machine, the simulator on one unless RINGGPT_THREADS says otherwise), and beside it in CPU time of this
 process (time.process_time, which counts every thread's time). Decode cost = (cost of prompt + N tokens - cost of
 prompt + 1 token) / (N - 1), so the prompt is not counted. The two sides are measured in turn, --repeats times, and
-each figure is the median.
+each figure is the median. The simulator's wall time is also split into its parts (SimulatorDevice.seconds; each
+part's median, so they need not add up to the whole's): executing the cards' programs ("functional": numerics, the
+matrix kernel included), the cycle model's schedule ("cycle_model") and the rest ("host": the appliance's host path,
+read-back and sampling).
 """
 from __future__ import annotations
 
@@ -59,23 +62,31 @@ def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, tor
     prompt = [(1000 + i) % net.config.vocab_size for i in range(prompt_len)]
     one = SamplingConfig(max_new_tokens=1, stop_at_eos=False)
     many = SamplingConfig(max_new_tokens=tokens, stop_at_eos=False)
-    appliance = Appliance(SimulatorDevice(config), image)
+    device = SimulatorDevice(config)
+    appliance = Appliance(device, image)
     appliance.generate(prompt, one)  # warm-up (first-use costs: kernel build, caches)
     generate(net, prompt, one, return_logits=False)
     load_before = os.getloadavg()[0]
-    sim, ref = [], []
+    sim, ref, parts = [], [], []
     for _ in range(repeats):
-        sim.append(_per_token(_cost(lambda: appliance.generate(prompt, one)),
-                              _cost(lambda: appliance.generate(prompt, many)), tokens))
+        before = dict(device.seconds)
+        cost_one = _cost(lambda: appliance.generate(prompt, one))
+        middle = dict(device.seconds)
+        sim.append(_per_token(cost_one, _cost(lambda: appliance.generate(prompt, many)), tokens))
+        part = {name: 1e3 * (device.seconds[name] - 2 * middle[name] + before[name]) / (tokens - 1)
+                for name in before}
+        parts.append({**part, "host": sim[-1][0] - sum(part.values())})
         ref.append(_per_token(_cost(lambda: generate(net, prompt, one, return_logits=False)),
                               _cost(lambda: generate(net, prompt, many, return_logits=False)), tokens))
     (sim_wall, sim_cpu), (ref_wall, ref_cpu) = ([statistics.median(x) for x in zip(*side)] for side in (sim, ref))
+    by_part = {part: statistics.median(p[part] for p in parts) for part in parts[0]}
     out = {"model": model, "config": config.name, "prompt_tokens": prompt_len, "decode_tokens": tokens - 1,
            "repeats": repeats, "torch_threads": torch.get_num_threads(),
            "simulator_ms_per_token_wall": sim_wall, "pytorch_ms_per_token_wall": ref_wall,
            "ratio_wall": _ratio(sim_wall, ref_wall), "simulator_tokens_per_s": _ratio(1e3, sim_wall),
            "simulator_ms_per_token_cpu": sim_cpu, "pytorch_ms_per_token_cpu": ref_cpu,
            "ratio_cpu": _ratio(sim_cpu, ref_cpu),
+           "simulator_ms_per_token_wall_by_part": by_part,
            "simulator_ms_per_token_wall_each": [w for w, _ in sim],
            "pytorch_ms_per_token_wall_each": [w for w, _ in ref],
            "load_average_1min": [load_before, os.getloadavg()[0]]}  # other processes skew both sides

@@ -340,6 +340,9 @@ def test_runs_keep_memory_reset_registers_and_report_stats(tmp_path):
     assert stats[-1].cycles == report.cycles > 0
     assert stats[-1].seconds == pytest.approx(report.cycles / (CFG.clock_mhz * 1e6) + CFG.launch_overhead_us * 1e-6)
     assert stats[-1].breakdown == report.cards[0].classes and stats[-1].wall_seconds > 0
+    # the host time of the three runs, split into executing the programs and the cycle model
+    assert 0 < device.seconds["functional"] and 0 < device.seconds["cycle_model"]
+    assert sum(device.seconds.values()) <= sum(s.wall_seconds for s in stats)
     status = device.status()
     assert (status.loaded, status.runs, status.cards, status.last_error) == (True, 3, 1, None)
     # The same image through a directory and raw binary words.

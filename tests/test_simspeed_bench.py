@@ -25,3 +25,5 @@ def test_simspeed_reports_wall_and_cpu_ratios(load_script):
         want = pytest.approx(simulator / pytorch, rel=1e-2, abs=2e-3) if pytorch > 0.01 else report[f"ratio_{clock}"]
         assert report[f"ratio_{clock}"] == want
     assert "load_average_1min" in report
+    parts = report["simulator_ms_per_token_wall_by_part"]
+    assert set(parts) == {"functional", "cycle_model", "host"} and parts["functional"] > 0 and parts["cycle_model"] > 0

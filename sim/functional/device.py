@@ -47,6 +47,9 @@ class SimulatorDevice(Device):
         instruction class and opcode, HBM/ring/host bytes, the schedule's total."""
         self._runs = 0
         self._last_error: str | None = None
+        self.seconds = {"functional": 0.0, "cycle_model": 0.0}
+        """Host wall-clock seconds its runs spent executing the cards' programs and in the cycle model (every timing
+        variant's schedule included), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
 
     def load(self, image: ApplianceImage | str | os.PathLike) -> None:
         """Loads an ApplianceImage (or an image directory); programs may hold Instructions or raw
@@ -127,9 +130,13 @@ class SimulatorDevice(Device):
             finally:
                 for card in self.cards:
                     card.watch = None
+            executed = time.perf_counter()
             traces = [card.trace for card in self.cards]
             report = schedule(traces, self.config)
             variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
+        scheduled = time.perf_counter()
+        self.seconds["functional"] += executed - started
+        self.seconds["cycle_model"] += scheduled - executed
         self.last_report = report
         self.last_variant_reports = variant_reports
         self._runs += 1
