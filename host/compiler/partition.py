@@ -84,6 +84,6 @@ def partition(n_head: int, n_embd: int, n_inner: int, vocab_size: int, cards: in
 
 def model_partition(dims, config) -> Partition:
     """The compiler's partition of a model (ModelDims `dims`) over ArchConfig `config`'s cards: column splits in
-    whole mpu_lanes groups (whole buffer rows, column_align, would leave 1.5B's 1,600 columns 448/384/384/384 on
-    4 cards)."""
+    whole mpu_lanes groups (in whole 64-word buffer rows, 1.5B's 1,600 columns would be 448/384/384/384 on 4
+    cards)."""
     return partition(dims.n_head, dims.n_embd, dims.n_inner, dims.vocab_size, config.cards, config.mpu_lanes)
