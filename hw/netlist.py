@@ -22,9 +22,9 @@ from pathlib import Path
 
 from ringgpt.hw.resource_estimates import SYNTH, U280_LIMITS, summarise
 
-_NUMBERED = re.compile(r"\S*\$\d\S*")
-"""A token (whitespace-delimited) that holds a global number: `$12`, `\\port$28406$1`."""
+_TOKEN = re.compile(r"\S+")
 _NUMBER = re.compile(r"\$\d+")
+"""A global number in an identifier: `$12`, `\\port$28406$1`."""
 _CELL = re.compile(r"^  cell (\S+) (\S+)$")
 _PORT = re.compile(r"^  wire (?:width \d+ )?(?:input|output|inout) (\d+) +\\?(\S+)$")
 
@@ -83,14 +83,21 @@ def module_digests(modules: dict[str, RtlilModule]) -> dict[str, str]:
                 match = _CELL.match(line)
                 if match and match.group(1) in modules:
                     line = f"  cell {digest(match.group(1))} {match.group(2)}"
-                body.append(_NUMBERED.sub(lambda m: _NUMBER.sub("$", m.group(0)) + "#"
-                                          + local.setdefault(m.group(0), str(len(local))), line))
+                body.append(_TOKEN.sub(lambda m: _local_name(m.group(0), local), line) if "$" in line else line)
             digests[name] = hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
         return digests[name]
 
     for name in modules:
         digest(name)
     return digests
+
+
+def _local_name(token: str, local: dict) -> str:
+    """`token` with its global numbers replaced by the token's own local number (its order of first appearance in
+    `local`), or the token itself where it holds none."""
+    if "$" not in token or not _NUMBER.search(token):
+        return token
+    return _NUMBER.sub("$", token) + "#" + local.setdefault(token, str(len(local)))
 
 
 def module_rtlil(modules: dict[str, RtlilModule], name: str) -> str:
