@@ -70,8 +70,8 @@ def split_modules(text: str) -> dict[str, RtlilModule]:
 def module_digests(modules: dict[str, RtlilModule]) -> dict[str, str]:
     """A digest per module name: equal for modules that differ only in their name, the global numbers in their
     identifiers and the names of their (equal) children. Each identifier that holds a global number is numbered
-    locally as a whole, in order of first appearance (numbering the numbers themselves would make one number that
-    a port and a wire share in one design, and not in another, change the order)."""
+    locally as a whole, in order of first appearance (one number may name a port in one design and a wire in
+    another)."""
     digests: dict[str, str] = {}
 
     def digest(name: str) -> str:
