@@ -52,7 +52,11 @@ def _per_token(one, many, tokens: int) -> tuple[float, float]:
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="measurements of each side, in turn (medians reported)")
 @click.option("--torch-threads", type=int, default=None, help="PyTorch's CPU threads (default: PyTorch's choice)")
-def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, torch_threads: int | None) -> None:
+@click.option("--schedule-worker/--no-schedule-worker", default=True, show_default=True,
+              help="the cycle model in its worker process from the first run (a device's default starts it once it "
+                   "has scheduled for WORKER_AFTER_S in its own process: the steady state of a long generation)")
+def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, torch_threads: int | None,
+         schedule_worker: bool) -> None:
     """Print the simulator's and PyTorch's decode ms/token (wall and CPU) and their ratios."""
     if torch_threads:
         torch.set_num_threads(torch_threads)
@@ -62,7 +66,7 @@ def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, tor
     prompt = [(1000 + i) % net.config.vocab_size for i in range(prompt_len)]
     one = SamplingConfig(max_new_tokens=1, stop_at_eos=False)
     many = SamplingConfig(max_new_tokens=tokens, stop_at_eos=False)
-    device = SimulatorDevice(config)
+    device = SimulatorDevice(config, schedule_worker=schedule_worker)
     appliance = Appliance(device, image)
     appliance.generate(prompt, one)  # warm-up (first-use costs: kernel build, caches)
     generate(net, prompt, one, return_logits=False)
@@ -81,7 +85,7 @@ def main(model: str, cards: int, prompt_len: int, tokens: int, repeats: int, tor
     (sim_wall, sim_cpu), (ref_wall, ref_cpu) = ([statistics.median(x) for x in zip(*side)] for side in (sim, ref))
     by_part = {part: statistics.median(p[part] for p in parts) for part in parts[0]}
     out = {"model": model, "config": config.name, "prompt_tokens": prompt_len, "decode_tokens": tokens - 1,
-           "repeats": repeats, "torch_threads": torch.get_num_threads(),
+           "repeats": repeats, "torch_threads": torch.get_num_threads(), "schedule_worker": schedule_worker,
            "simulator_ms_per_token_wall": sim_wall, "pytorch_ms_per_token_wall": ref_wall,
            "ratio_wall": _ratio(sim_wall, ref_wall), "simulator_tokens_per_s": _ratio(1e3, sim_wall),
            "simulator_ms_per_token_cpu": sim_cpu, "pytorch_ms_per_token_cpu": ref_cpu,

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -16,10 +17,15 @@ from ringgpt.host.image import ApplianceImage
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 from ringgpt.sim.cycle_model import CycleReport, schedule
+from ringgpt.sim.cycle_model.worker import ScheduleWorker, WorkerError
 from ringgpt.sim.functional.machine import Card, run_ring
 
 DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
+
+WORKER_AFTER_S = 0.5
+"""Seconds of scheduling in its own process after which a device (schedule_worker=None) starts the worker process,
+about what starting it costs: a device that runs little never pays for it, one that runs much pays at most twice."""
 
 
 class SimulatorDevice(Device):
@@ -27,12 +33,16 @@ class SimulatorDevice(Device):
     the cycle model's schedule (`last_report`). Memory persists across runs; registers do not."""
 
     def __init__(self, config: ArchConfig, max_steps: int = DEFAULT_MAX_STEPS, compute: bool = True,
-                 timing: Mapping[str, ArchConfig] | None = None):
+                 timing: Mapping[str, ArchConfig] | None = None, schedule_worker: bool | None = None):
         """compute=False runs timing only: registers, control flow, address checks, the ring's
         matching and the cycle model, without moving or computing data (for models whose
         arithmetic is too slow to simulate; results read back are zeros). `timing` names other timing
         assumptions ({label: config}, e.g. `config.at_clock(200)`; same cards and core, other clock, rates or
-        latencies): every run is also scheduled under each (RunStats.variants, `last_variant_reports`)."""
+        latencies): every run is also scheduled under each (RunStats.variants, `last_variant_reports`).
+        `schedule_worker`: whether the cycle model runs in a second process (cycle_model/worker.py), overlapped with
+        the cards' execution, with the same reports; None (default): once this device has spent WORKER_AFTER_S
+        scheduling in its own process, where this process may use two CPUs and RINGGPT_SCHEDULE_WORKER is not 0 (1
+        also turns it on from the first run). A worker that fails is warned about and not used again."""
         for label, other in (timing or {}).items():
             if other.cards != config.cards:
                 raise ValueError(f"timing variant {label!r} has {other.cards} cards, the device {config.cards}")
@@ -49,7 +59,14 @@ class SimulatorDevice(Device):
         self._last_error: str | None = None
         self.seconds = {"functional": 0.0, "cycle_model": 0.0}
         """Host wall-clock seconds its runs spent executing the cards' programs and in the cycle model (every timing
-        variant's schedule included), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
+        variant's schedule included; with the worker, what this process spends sending the traces and waiting for
+        the reports), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
+        if schedule_worker is None and os.environ.get("RINGGPT_SCHEDULE_WORKER", "") in ("0", "1"):
+            schedule_worker = os.environ["RINGGPT_SCHEDULE_WORKER"] == "1"
+        self.schedule_worker = schedule_worker
+        self._worker: ScheduleWorker | None = None
+        self._worker_failed = False
+        self._scheduled_here = 0.0
 
     def load(self, image: ApplianceImage | str | os.PathLike) -> None:
         """Loads an ApplianceImage (or an image directory); programs may hold Instructions or raw
@@ -121,22 +138,40 @@ class SimulatorDevice(Device):
         for card in self.cards:
             card.start(int(pos), int(rows))
             card.watch = _card_watch(card, watch) if watch else None
+        worker = self._worker_for_run()
+        if worker is not None and not self._worker_step(lambda: worker.begin(len(self.cards))):
+            worker = None
+        pushing = [0.0]
+
+        def push() -> None:
+            nonlocal worker
+            began = time.perf_counter()
+            if worker is not None and not self._worker_step(lambda: worker.push([c.trace for c in self.cards])):
+                worker = None
+            pushing[0] += time.perf_counter() - began
         with _collector_paused():
             try:
-                run_ring(self.cards, self.max_steps)
+                run_ring(self.cards, self.max_steps, push if worker else None)
             except DeviceError as exc:
                 self._last_error = str(exc)
+                if worker is not None:
+                    self._worker_step(worker.abort)
                 raise
             finally:
                 for card in self.cards:
                     card.watch = None
             executed = time.perf_counter()
             traces = [card.trace for card in self.cards]
-            report = schedule(traces, self.config)
-            variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
+            reports = worker and self._worker_step(lambda: worker.finish(traces))
+            if reports:
+                report, variant_reports = reports
+            else:
+                report = schedule(traces, self.config)
+                variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
+                self._scheduled_here += time.perf_counter() - executed
         scheduled = time.perf_counter()
-        self.seconds["functional"] += executed - started
-        self.seconds["cycle_model"] += scheduled - executed
+        self.seconds["functional"] += executed - started - pushing[0]
+        self.seconds["cycle_model"] += scheduled - executed + pushing[0]
         self.last_report = report
         self.last_variant_reports = variant_reports
         self._runs += 1
@@ -150,6 +185,32 @@ class SimulatorDevice(Device):
                                   + self.timing[label].launch_overhead_us * 1e-6
                                   for label, rep in self.last_variant_reports.items()})
 
+    def _worker_for_run(self) -> ScheduleWorker | None:
+        """The worker process this run is scheduled in, started here when it is wanted; None: this process."""
+        if self._worker is None and not self._worker_failed and (
+                self.schedule_worker or (self.schedule_worker is None and self._scheduled_here >= WORKER_AFTER_S
+                                         and _usable_cpus() >= 2)):
+            try:
+                self._worker = ScheduleWorker(self.config, self.timing)
+            except (OSError, WorkerError) as exc:
+                self._give_up_worker(exc)
+        return self._worker
+
+    def _worker_step(self, step):
+        """step()'s result, or None when the worker failed (warned about once; this process schedules from then)."""
+        try:
+            return step()
+        except WorkerError as exc:
+            self._give_up_worker(exc)
+            return None
+
+    def _give_up_worker(self, exc: Exception) -> None:
+        warnings.warn(f"{exc}; the simulator schedules its runs in its own process from now on", RuntimeWarning,
+                      stacklevel=3)
+        if self._worker is not None:
+            self._worker.close()
+        self._worker, self._worker_failed = None, True
+
     def status(self) -> DeviceStatus:
         return DeviceStatus("functional simulator", self.config.name, self.config.cards, bool(self.cards),
                             self._runs, self._last_error)
@@ -157,6 +218,13 @@ class SimulatorDevice(Device):
     def close(self) -> None:
         self.cards = []
         self.last_report = None
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextlib.contextmanager

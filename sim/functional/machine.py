@@ -415,8 +415,9 @@ def _allgather(cards: list) -> None:
         card.complete(resolved)
 
 
-def run_ring(cards: list, max_steps: int) -> None:
-    """Runs every card until all have halted; raises RingDeadlockError when none can progress."""
+def run_ring(cards: list, max_steps: int, synced=None) -> None:
+    """Runs every card until all have halted; raises RingDeadlockError when none can progress. `synced()`, where
+    given, is called after every ALLGATHER (the cards' traces then end with it)."""
     links = {card.index: deque() for card in cards}
     while True:
         progressed = False
@@ -429,6 +430,8 @@ def run_ring(cards: list, max_steps: int) -> None:
             break
         if all(card.state is State.WAIT_GATHER for card in cards):
             _allgather(cards)
+            if synced is not None:
+                synced()
         elif not progressed:
             raise RingDeadlockError("ring deadlock: no card can make progress", [
                 (c.index, c.pc, c.text(), _blocked_reason(c, len(cards))) for c in cards])

@@ -1,0 +1,112 @@
+"""The cycle model in its worker process (sim/cycle_model/worker.py): every run's reports equal the in-process
+schedule of the same traces, timing variants included, through failed runs, a dead worker and the device's policy
+of when to start one."""
+import pytest
+
+from ringgpt.host.compiler import compile_model
+from ringgpt.host.reference.models import load_model
+from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.host.runtime import Appliance
+from ringgpt.hw.config import get_config
+from ringgpt.sim.cycle_model import schedule
+from ringgpt.sim.functional import SimulatorDevice, StepLimitError
+from ringgpt.sim.functional import device as device_module
+
+SPEC = "synthetic:n_layer=2,n_embd=64,n_head=2,vocab_size=300,n_positions=64"
+PROMPT = [11, 42, 7, 199, 3, 250]
+CONFIG = get_config("sim-small", 2)
+TIMING = {"at 100 MHz": CONFIG.at_clock(100)}
+
+
+@pytest.fixture(scope="module")
+def image():
+    return compile_model(load_model(SPEC, seed=5), CONFIG, max_context=32)
+
+
+class CheckedDevice(SimulatorDevice):
+    """A simulator whose every run's reports are checked against the in-process schedule of its traces."""
+
+    def run(self, pos, rows):
+        stats = super().run(pos, rows)
+        traces = [card.trace for card in self.cards]
+        assert self.last_report == schedule(traces, self.config)
+        assert self.last_variant_reports == {label: schedule(traces, other) for label, other in self.timing.items()}
+        self.checked = getattr(self, "checked", 0) + 1
+        return stats
+
+
+def _generate(device, image, tokens=4):
+    return Appliance(device, image).generate(PROMPT, SamplingConfig(max_new_tokens=tokens, stop_at_eos=False))
+
+
+def test_worker_reports_equal_the_in_process_schedule(image):
+    worker_device = CheckedDevice(CONFIG, timing=TIMING, schedule_worker=True)
+    here = SimulatorDevice(CONFIG, timing=TIMING, schedule_worker=False)
+    try:
+        ours, theirs = _generate(worker_device, image), _generate(here, image)
+        assert worker_device._worker is not None and worker_device._worker.alive and here._worker is None
+        assert worker_device.checked == len(ours.runs) > 1
+        assert ours.generated_ids == theirs.generated_ids
+        for a, b in zip(ours.runs, theirs.runs, strict=True):
+            assert (a.cycles, a.seconds, a.hbm_bytes, a.breakdown, a.variants) == \
+                   (b.cycles, b.seconds, b.hbm_bytes, b.breakdown, b.variants)
+    finally:
+        worker_device.close()
+
+
+def test_a_failed_run_is_dropped_by_the_worker(image):
+    device = CheckedDevice(CONFIG, timing=TIMING, schedule_worker=True)
+    try:
+        _generate(device, image, tokens=2)
+        device.max_steps = len(device.cards[0].trace) // 2  # stopped after some blocks were sent
+        with pytest.raises(StepLimitError):
+            _generate(device, image, tokens=2)
+        device.max_steps = device_module.DEFAULT_MAX_STEPS
+        before = device.checked
+        _generate(device, image, tokens=3)
+        assert device.checked == before + 3 and device._worker.alive
+    finally:
+        device.close()
+
+
+def test_a_dead_worker_is_warned_about_and_the_device_schedules_itself(image):
+    device = CheckedDevice(CONFIG, schedule_worker=True)
+    _generate(device, image, tokens=1)
+    process = device._worker._process
+    process.kill()
+    process.wait()
+    with pytest.warns(RuntimeWarning, match="worker process failed"):
+        _generate(device, image, tokens=2)
+    assert device._worker is None and device.checked == 1 + 2  # the prompt run before, prompt and decode after
+    _generate(device, image, tokens=2)  # not started again
+    assert device._worker is None
+
+
+def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, monkeypatch):
+    monkeypatch.delenv("RINGGPT_SCHEDULE_WORKER", raising=False)
+    monkeypatch.setattr(device_module, "WORKER_AFTER_S", 1e-9)
+    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 2)
+    device = CheckedDevice(CONFIG)
+    try:
+        device.load(image)
+        device.run(0, 1)
+        assert device._worker is None  # the first run scheduled here
+        device.run(1, 1)
+        process = device._worker._process
+        assert device.seconds["cycle_model"] > 0
+    finally:
+        device.close()
+    assert process.poll() is not None  # close() ended it
+    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 1)
+    single = CheckedDevice(CONFIG)
+    single.load(image)
+    single.run(0, 1)
+    single.run(1, 1)
+    assert single._worker is None
+    monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "0")
+    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 2)
+    off = CheckedDevice(CONFIG)
+    off.load(image)
+    off.run(0, 1)
+    off.run(1, 1)
+    assert off._worker is None
