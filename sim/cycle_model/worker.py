@@ -79,6 +79,8 @@ class ScheduleWorker:
         """id(r) -> r for the same objects (alive, so that an id stays its object's)."""
         self._used: set = set()
         """The ids of the objects the run under way refers to."""
+        self._dropped: list = []
+        """The slots the worker may forget (objects the last finished run did not use), sent with the next run."""
         self._next_slot = 0
         self._sent: list = []
         """Per card: how many of its trace's entries have been sent in this run."""
@@ -95,7 +97,8 @@ class ScheduleWorker:
         """Starts a run of `cards` cards (True)."""
         self._used = set()
         self._sent = [0] * cards
-        self._call(_send, self._process.stdin, ("begin",))
+        self._call(_send, self._process.stdin, ("begin", self._dropped))
+        self._dropped = []
         return True
 
     def push(self, traces: list) -> bool:
@@ -126,11 +129,10 @@ class ScheduleWorker:
         """The rest of the traces, then the run's (report, variant reports); both sides forget the objects this run
         did not use."""
         self.push(traces)
-        dropped = []
-        for key in self._slots.keys() - self._used:
-            dropped.append(self._slots.pop(key))
+        self._call(_send, self._process.stdin, ("end",))
+        for key in self._slots.keys() - self._used:  # while the worker finishes the schedule
+            self._dropped.append(self._slots.pop(key))
             del self._held[key]
-        self._call(_send, self._process.stdin, ("end", dropped))
         reply = self._call(_receive, self._process.stdout)
         if reply[0] != "report":
             self.close()
@@ -177,7 +179,6 @@ class _Run:
         self.stream, self.objects = stream, objects
         self.traces = [_Trace(self, card) for card in range(cards)]
         self.ended = False
-        self.dropped: list = []
 
     def pull(self) -> None:
         message = _receive(self.stream)
@@ -188,7 +189,7 @@ class _Run:
             for trace, block in zip(self.traces, blocks):
                 trace.entries.extend([objects[slot] for slot in block])
         elif message[0] == "end":
-            self.ended, self.dropped = True, message[1]
+            self.ended = True
         elif message[0] == "abort":
             raise _Aborted
         else:
@@ -231,6 +232,8 @@ def serve(incoming: BinaryIO, outgoing: BinaryIO) -> None:
             continue
         if message[0] != "begin":
             raise ValueError(f"expected the start of a run, got {message[0]!r}")
+        for slot in message[1]:
+            del objects[slot]
         run = _Run(incoming, objects, config.cards)
         try:
             report = schedule(run.traces, config)
@@ -248,8 +251,6 @@ def serve(incoming: BinaryIO, outgoing: BinaryIO) -> None:
             run.pull()
         traces = [trace.entries for trace in run.traces]
         variants = {label: schedule(traces, other) for label, other in timing.items()}
-        for slot in run.dropped:
-            del objects[slot]
         _send(outgoing, ("report", report, variants))
 
 
