@@ -62,6 +62,12 @@ def test_a_failed_run_is_dropped_by_the_worker(image):
         with pytest.raises(StepLimitError):
             _generate(device, image, tokens=2)
         device.max_steps = device_module.DEFAULT_MAX_STEPS
+        last_pc = len(device.cards[1].program) - 1
+
+        def interrupt(card, pc, read):
+            raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):  # any exception within a run, a watch's included
+            device.run_watched(0, 1, {(1, last_pc): interrupt})
         before = device.checked
         _generate(device, image, tokens=3)
         assert device.checked == before + 3 and device._worker.alive

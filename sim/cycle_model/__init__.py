@@ -12,6 +12,7 @@ instruction with every register-relative field resolved (`Resolved`). Definition
     scheduler.py  the controller's and scoreboard's overlap of all cards (`schedule`)
     report.py     what a schedule reports (`CycleReport`, `CardReport`)
     occupancy.py  where each card's cycles of a run went: HBM, compute, ring, host, issue (`occupancy`)
+    worker.py     `schedule` in a second process, fed while the simulator runs (`ScheduleWorker`)
 """
 from .costs import Cost, instruction_class, instruction_cost, link_excess
 from .fetch import FETCH_REQUEST, FETCH_TO_DECISION

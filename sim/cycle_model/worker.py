@@ -14,6 +14,7 @@ Frames on the pipes: an 8-byte little-endian length, then a pickle.
 from __future__ import annotations
 
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -255,4 +256,5 @@ def serve(incoming: BinaryIO, outgoing: BinaryIO) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the simulator's to handle; a closed pipe ends this
     serve(sys.stdin.buffer, sys.stdout.buffer)

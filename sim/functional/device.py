@@ -152,8 +152,9 @@ class SimulatorDevice(Device):
         with _collector_paused():
             try:
                 run_ring(self.cards, self.max_steps, push if worker else None)
-            except DeviceError as exc:
-                self._last_error = str(exc)
+            except BaseException as exc:  # a device error, or an interrupt: the worker drops the run
+                if isinstance(exc, DeviceError):
+                    self._last_error = str(exc)
                 if worker is not None:
                     self._worker_step(worker.abort)
                 raise
