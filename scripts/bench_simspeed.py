@@ -5,12 +5,14 @@
     python scripts/bench_simspeed.py --tokens 16
 
 Decode ms per token of each in wall time (the ratio that counts: PyTorch runs on its default threads, two on a
-2-core machine, the simulator on one unless RINGGPT_THREADS says otherwise), and beside it in CPU time of this
-process (time.process_time, which counts every thread's time). Decode cost = (cost of prompt + N tokens - cost of
+2-core machine, the simulator on one unless RINGGPT_THREADS says otherwise, its cycle model in a worker process
+beside it unless --no-schedule-worker), and beside it in CPU time of this process (time.process_time, which counts
+every thread's time, not the worker's). Decode cost = (cost of prompt + N tokens - cost of
 prompt + 1 token) / (N - 1), so the prompt is not counted. The two sides are measured in turn, --repeats times, and
 each figure is the median. The simulator's wall time is also split into its parts (SimulatorDevice.seconds; each
 part's median, so they need not add up to the whole's): executing the cards' programs ("functional": numerics, the
-matrix kernel included), the cycle model's schedule ("cycle_model") and the rest ("host": the appliance's host path,
+matrix kernel included), the cycle model's schedule ("cycle_model"; with the worker, sending it the traces and
+waiting for its reports) and the rest ("host": the appliance's host path,
 read-back and sampling).
 """
 from __future__ import annotations
