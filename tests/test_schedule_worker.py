@@ -88,31 +88,26 @@ def test_a_dead_worker_is_warned_about_and_the_device_schedules_itself(image):
     assert device._worker is None
 
 
-def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, monkeypatch):
-    monkeypatch.delenv("RINGGPT_SCHEDULE_WORKER", raising=False)
-    monkeypatch.setattr(device_module, "WORKER_AFTER_S", 1e-9)
-    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 2)
+def _worker_after_two_runs(image, cpus, monkeypatch):
+    """Whether a default device has its worker after two runs (with WORKER_AFTER_S tiny), and that worker's process."""
+    monkeypatch.setattr(device_module, "_usable_cpus", lambda: cpus)
     device = CheckedDevice(CONFIG)
     try:
         device.load(image)
         device.run(0, 1)
-        assert device._worker is None  # the first run scheduled here
+        assert device._worker is None  # the first run is scheduled here
         device.run(1, 1)
-        process = device._worker._process
-        assert device.seconds["cycle_model"] > 0
+        assert device.checked == 2 and device.seconds["cycle_model"] > 0
+        return device._worker is not None, device._worker and device._worker._process
     finally:
         device.close()
-    assert process.poll() is not None  # close() ended it
-    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 1)
-    single = CheckedDevice(CONFIG)
-    single.load(image)
-    single.run(0, 1)
-    single.run(1, 1)
-    assert single._worker is None
+
+
+def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, monkeypatch):
+    monkeypatch.delenv("RINGGPT_SCHEDULE_WORKER", raising=False)
+    monkeypatch.setattr(device_module, "WORKER_AFTER_S", 1e-9)
+    started, process = _worker_after_two_runs(image, 2, monkeypatch)
+    assert started and process.poll() is not None  # close() ended it
+    assert not _worker_after_two_runs(image, 1, monkeypatch)[0]
     monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "0")
-    monkeypatch.setattr(device_module, "_usable_cpus", lambda: 2)
-    off = CheckedDevice(CONFIG)
-    off.load(image)
-    off.run(0, 1)
-    off.run(1, 1)
-    assert off._worker is None
+    assert not _worker_after_two_runs(image, 2, monkeypatch)[0]
