@@ -88,10 +88,10 @@ def test_a_dead_worker_is_warned_about_and_the_device_schedules_itself(image):
     assert device._worker is None
 
 
-def _worker_after_two_runs(image, cpus, monkeypatch):
+def _worker_after_two_runs(image, cpus, monkeypatch, compute=True):
     """Whether a default device has its worker after two runs (with WORKER_AFTER_S tiny), and that worker's process."""
     monkeypatch.setattr(device_module, "_usable_cpus", lambda: cpus)
-    device = CheckedDevice(CONFIG)
+    device = CheckedDevice(CONFIG, compute=compute)
     try:
         device.load(image)
         device.run(0, 1)
@@ -109,5 +109,6 @@ def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, mon
     started, process = _worker_after_two_runs(image, 2, monkeypatch)
     assert started and process.poll() is not None  # close() ended it
     assert not _worker_after_two_runs(image, 1, monkeypatch)[0]
+    assert not _worker_after_two_runs(image, 2, monkeypatch, compute=False)[0]
     monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "0")
     assert not _worker_after_two_runs(image, 2, monkeypatch)[0]

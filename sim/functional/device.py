@@ -41,8 +41,9 @@ class SimulatorDevice(Device):
         latencies): every run is also scheduled under each (RunStats.variants, `last_variant_reports`).
         `schedule_worker`: whether the cycle model runs in a second process (cycle_model/worker.py), overlapped with
         the cards' execution, with the same reports; None (default): once this device has spent WORKER_AFTER_S
-        scheduling in its own process, where this process may use two CPUs and RINGGPT_SCHEDULE_WORKER is not 0 (1
-        also turns it on from the first run). A worker that fails is warned about and not used again."""
+        scheduling in its own process, where this process may use two CPUs, the device computes (compute=False leaves
+        nothing to overlap with) and RINGGPT_SCHEDULE_WORKER is not 0 (1 also turns it on from the first run). A
+        worker that fails is warned about and not used again."""
         for label, other in (timing or {}).items():
             if other.cards != config.cards:
                 raise ValueError(f"timing variant {label!r} has {other.cards} cards, the device {config.cards}")
@@ -189,8 +190,8 @@ class SimulatorDevice(Device):
     def _worker_for_run(self) -> ScheduleWorker | None:
         """The worker process this run is scheduled in, started here when it is wanted; None: this process."""
         if self._worker is None and not self._worker_failed and (
-                self.schedule_worker or (self.schedule_worker is None and self._scheduled_here >= WORKER_AFTER_S
-                                         and _usable_cpus() >= 2)):
+                self.schedule_worker or (self.schedule_worker is None and self.compute
+                                         and self._scheduled_here >= WORKER_AFTER_S and _usable_cpus() >= 2)):
             try:
                 self._worker = ScheduleWorker(self.config, self.timing)
             except (OSError, WorkerError) as exc:
