@@ -178,7 +178,7 @@ class _Run:
 
     def __init__(self, stream: BinaryIO, objects: dict, cards: int):
         self.stream, self.objects = stream, objects
-        self.traces = [_Trace(self, card) for card in range(cards)]
+        self.traces = [_Trace(self) for _ in range(cards)]
         self.ended = False
 
     def pull(self) -> None:
@@ -200,7 +200,7 @@ class _Run:
 class _Trace:
     """A card's trace (list-like for `schedule`: iteration and len) that grows from the pipe while iterated."""
 
-    def __init__(self, run: _Run, card: int):
+    def __init__(self, run: _Run):
         self.run, self.entries = run, []
 
     def __iter__(self):
