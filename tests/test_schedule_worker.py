@@ -112,3 +112,6 @@ def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, mon
     assert not _worker_after_two_runs(image, 2, monkeypatch, compute=False)[0]
     monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "0")
     assert not _worker_after_two_runs(image, 2, monkeypatch)[0]
+    monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "yes")
+    with pytest.warns(RuntimeWarning, match="RINGGPT_SCHEDULE_WORKER='yes' is neither 0 nor 1"):
+        assert not _worker_after_two_runs(image, 1, monkeypatch)[0]

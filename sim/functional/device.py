@@ -62,8 +62,13 @@ class SimulatorDevice(Device):
         """Host wall-clock seconds its runs spent executing the cards' programs and in the cycle model (every timing
         variant's schedule included; with the worker, what this process spends sending the traces and waiting for
         the reports), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
-        if schedule_worker is None and os.environ.get("RINGGPT_SCHEDULE_WORKER", "") in ("0", "1"):
-            schedule_worker = os.environ["RINGGPT_SCHEDULE_WORKER"] == "1"
+        setting = os.environ.get("RINGGPT_SCHEDULE_WORKER", "")
+        if setting not in ("", "0", "1"):
+            warnings.warn(f"RINGGPT_SCHEDULE_WORKER={setting!r} is neither 0 nor 1 and is ignored: set 1 to start the "
+                          "cycle model's worker at the first run, 0 never to start it, or unset it", RuntimeWarning,
+                          stacklevel=2)
+        elif schedule_worker is None and setting:
+            schedule_worker = setting == "1"
         self.schedule_worker = schedule_worker
         self._worker: ScheduleWorker | None = None
         self._worker_failed = False
@@ -142,14 +147,14 @@ class SimulatorDevice(Device):
         worker = self._worker_for_run()
         if worker is not None and not self._worker_step(lambda: worker.begin(len(self.cards))):
             worker = None
-        pushing = [0.0]
+        pushing = 0.0
 
         def push() -> None:
-            nonlocal worker
+            nonlocal worker, pushing
             began = time.perf_counter()
             if worker is not None and not self._worker_step(lambda: worker.push([c.trace for c in self.cards])):
                 worker = None
-            pushing[0] += time.perf_counter() - began
+            pushing += time.perf_counter() - began
         with _collector_paused():
             try:
                 run_ring(self.cards, self.max_steps, push if worker else None)
@@ -172,8 +177,8 @@ class SimulatorDevice(Device):
                 variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
                 self._scheduled_here += time.perf_counter() - executed
         scheduled = time.perf_counter()
-        self.seconds["functional"] += executed - started - pushing[0]
-        self.seconds["cycle_model"] += scheduled - executed + pushing[0]
+        self.seconds["functional"] += executed - started - pushing
+        self.seconds["cycle_model"] += scheduled - executed + pushing
         self.last_report = report
         self.last_variant_reports = variant_reports
         self._runs += 1
