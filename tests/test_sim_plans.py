@@ -14,7 +14,9 @@ from ringgpt.host.runtime import Appliance
 from ringgpt.hw import numerics as nm
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Space
+from ringgpt.host.device import AddressFault
 from ringgpt.sim.functional import SimulatorDevice, machine
+from ringgpt.sim.functional import device as device_module
 from test_functional_sim import CFG, bits, block, device_for, rand16
 
 MODEL = "synthetic:n_layer=2,n_embd=64,n_head=4,vocab_size=300,n_positions=64"
@@ -38,11 +40,15 @@ def test_generation_logits_are_bit_identical_to_the_stored_digest(model, cards):
     assert hashlib.sha256(logits.tobytes()).hexdigest() == LOGITS_SHA256
 
 
-def _runs(image, cfg, monkeypatch, planned: bool) -> list:
-    """Memories, stats and cycle timelines after a prompt run and four decode runs."""
+def _runs(image, cfg, monkeypatch, planned: bool = True, lockstep: bool = True) -> list:
+    """Memories, stats and cycle timelines after a prompt run and four decode runs (lockstep=False: each card runs
+    alone up to its router instructions, machine.run_ring without group plans)."""
     with monkeypatch.context() as patch:
         if not planned:
             patch.setattr(machine, "plan", lambda card, r: None)
+        if not lockstep:
+            patch.setattr(device_module, "run_ring", lambda cards, steps, synced, groups: machine.run_ring(
+                cards, steps, synced))
         device = SimulatorDevice(cfg)
         device.load(image)
         offset = image.meta["host"]["ids_offset"]
@@ -56,6 +62,7 @@ def _runs(image, cfg, monkeypatch, planned: bool) -> list:
             out.append((memories, stats.cycles, stats.hbm_bytes, [c.timeline for c in device.last_report.cards]))
         if planned:
             assert any(step[1] for card in device.cards for step in card.plans.values())
+        assert any(run for _, run in device._groups.values()) == lockstep
         return out
 
 
@@ -63,6 +70,73 @@ def test_runs_with_plans_equal_runs_without(model, monkeypatch):
     cfg = get_config("sim-small", 2)
     image = compile_model(model, cfg, 32)
     assert _runs(image, cfg, monkeypatch, True) == _runs(image, cfg, monkeypatch, False)
+
+
+@pytest.mark.parametrize("cards", [2, 3])
+def test_lockstep_runs_equal_runs_card_by_card(model, monkeypatch, cards):
+    """The cards in lockstep, shared vector instructions executed once over the stacked ABUF (3 cards: 4 heads split
+    unevenly, so the programs differ and the cards leave lockstep until the next ALLGATHER)."""
+    cfg = get_config("sim-small", cards)
+    image = compile_model(model, cfg, 32)
+    assert _runs(image, cfg, monkeypatch, lockstep=True) == _runs(image, cfg, monkeypatch, lockstep=False)
+
+
+VECTOR_PROGRAM = """
+    VADD dst=ABUF[64] src1=ABUF[0] src2=ABUF[16] rows=1 n=16
+    VSUB dst=ABUF[80] src1=ABUF[0] src2=ABUF[32] rows=1 n=16 +src2_row_scalar
+    VMUL dst=ABUF[96] src1=ABUF[16] src2=IMM[0x3c00] rows=1 n=16
+    VSCALE_SHIFT dst=ABUF[112] src1=ABUF[0] src2=ABUF[16] aux=ABUF[32] rows=1 n=16 +aux_row_scalar
+    VSUM dst=ABUF[128] src1=ABUF[0] rows=1 n=16
+    VDOT dst=ABUF[129] src1=ABUF[0] src2=ABUF[16] rows=1 n=16
+    VDOT dst=ABUF[130] src1=ABUF[0] src2=IMM[0x4000] rows=1 n=16
+    VMAX dst=ABUF[131] src1=ABUF[0] rows=1 n=16
+    VEXP dst=ABUF[144] src1=ABUF[0] rows=1 n=16
+    VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=1 n=16
+    HALT"""
+
+
+def test_group_plans_compute_each_cards_own_row():
+    """Every kind of vector instruction on 3 cards with different data, executed once for all cards in lockstep: each
+    card's results are the numerics of its own operands, run after run (the last instruction writes its source)."""
+    rng = np.random.default_rng(11)
+    device = device_for([VECTOR_PROGRAM] * 3)
+    start = [rand16(rng, 48) for _ in range(3)]
+    for card, words in enumerate(start):
+        device.cards[card].mem[Space.ABUF][0:48] = words
+    for run in range(3):
+        device.run(0, 1)
+        for card, words in enumerate(start):
+            a, b, c = words[0:16], words[16:32], words[32:48]
+            got = device.memory(card, Space.ABUF)
+            width = CFG.vector_width
+            expected = {64: nm.vadd(a, b), 80: nm.vsub(a, c[:1]), 96: nm.vmul(b, np.float16(1)),
+                        112: nm.vscale_shift(a, b, c[:1]), 128: [nm.reduce_sum(a, width)],
+                        129: [nm.reduce_sum(a, width, b)], 130: [nm.reduce_sum(a, width, np.float16(2))],
+                        131: [nm.reduce_max(a)], 144: nm.special("exp", a), 0: nm.vadd(a, a)}
+            for address, values in expected.items():
+                values = np.asarray(values, np.float16)
+                assert np.array_equal(bits(got[address:address + values.size]), bits(values)), (run, card, address)
+            start[card] = got[0:48].copy()
+    assert sum(run is not None for _, run in device._groups.values()) == 10
+
+
+@pytest.mark.parametrize("faulty", [[0, 1], [1]])
+def test_a_fault_in_lockstep_is_the_one_reported_card_by_card(faulty):
+    """A shared vector instruction past ABUF's end (on both cards, or on card 1 alone) is reported as the cards
+    running alone report it: the card, the pc, the operand."""
+    end = CFG.abuf_words
+    texts = [VECTOR_PROGRAM.replace("VEXP dst=ABUF[144]", f"VEXP dst=ABUF[{end - 8}]") if card in faulty
+             else VECTOR_PROGRAM for card in range(2)]
+    messages = []
+    for lockstep in (True, False):
+        device = device_for(texts)
+        if not lockstep:
+            device._groups = None
+        with pytest.raises(AddressFault) as fault:
+            device.run(0, 1)
+        messages.append((fault.value.card, fault.value.pc, str(fault.value)))
+    assert messages[0] == messages[1]
+    assert messages[0][:2] == (faulty[0], 8)
 
 
 def test_plans_read_memory_as_it_is_at_each_run():

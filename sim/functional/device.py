@@ -18,7 +18,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Space
 from ringgpt.sim.cycle_model import CycleReport, schedule
 from ringgpt.sim.cycle_model.worker import ScheduleWorker, WorkerError
-from ringgpt.sim.functional.machine import Card, run_ring
+from ringgpt.sim.functional.machine import Card, run_ring, stacked_abuf
 
 DEFAULT_MAX_STEPS = 1 << 24
 """Instructions one card may execute in one run before the run is stopped."""
@@ -53,6 +53,8 @@ class SimulatorDevice(Device):
         self.compute = compute
         self.max_steps = max_steps
         self.cards: list[Card] = []
+        self._groups: dict = {}
+        """The cards' group plans by pc (machine.run_ring), for the loaded programs and memories."""
         self.last_report: CycleReport | None = None
         """The cycle model's report of the last successful run: per card busy cycles by unit,
         instruction class and opcode, HBM/ring/host bytes, the schedule's total."""
@@ -78,14 +80,16 @@ class SimulatorDevice(Device):
         """Loads an ApplianceImage (or an image directory); programs may hold Instructions or raw
         512-bit words. Resets every memory to zero, then writes the image's HBM segments."""
         cards = []
+        abufs = stacked_abuf(self.config) if self.compute else None
         for checked in checked_cards(image, self.config):
             card = Card(checked.index, self.config, checked.program, checked.hbm_words, checked.host_words,
-                        self.compute)
+                        self.compute, None if abufs is None else abufs[checked.index])
             if self.compute:
                 for address, words in checked.hbm_segments:
                     card.mem[Space.HBM][address:address + words.size] = words
             cards.append(card)
         self.cards = cards
+        self._groups = {}
         self.last_report = None
 
     supports_load_programs = True
@@ -95,6 +99,7 @@ class SimulatorDevice(Device):
         check_loaded(bool(self.cards))
         for card, program in zip(self.cards, checked_programs(programs, self.config)):
             card.program = program
+        self._groups = {}
 
     def _card(self, card: int) -> Card:
         check_card(card, len(self.cards))
@@ -157,7 +162,7 @@ class SimulatorDevice(Device):
             pushing += time.perf_counter() - began
         with _collector_paused():
             try:
-                run_ring(self.cards, self.max_steps, push if worker else None)
+                run_ring(self.cards, self.max_steps, push if worker else None, self._groups)
             except BaseException as exc:  # a device error, or an interrupt: the worker drops the run
                 if isinstance(exc, DeviceError):
                     self._last_error = str(exc)
@@ -224,6 +229,7 @@ class SimulatorDevice(Device):
 
     def close(self) -> None:
         self.cards = []
+        self._groups = {}
         self.last_report = None
         if self._worker is not None:
             self._worker.close()

@@ -19,7 +19,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
-from ringgpt.sim.functional.plans import plan
+from ringgpt.sim.functional.plans import group_plan, plan
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
@@ -79,9 +79,11 @@ class Card:
     to the WBUF words or the HBM words concerned, any access through `mem`). Results are those of the copy."""
 
     def __init__(self, index: int, cfg: ArchConfig, program: list, hbm_words: int, host_words: int,
-                 compute: bool = True):
+                 compute: bool = True, abuf: np.ndarray | None = None):
+        """`abuf`: the card's ABUF (cfg.abuf_words zeros) where the caller gives it, a row of the ring's `stacked_abuf`
+        (run_ring then executes the vector instructions the cards share once for every card); else its own."""
         self.index, self.cfg, self.program, self.compute = index, cfg, program, compute
-        self._mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16),
+        self._mem = {Space.ABUF: np.zeros(cfg.abuf_words, np.float16) if abuf is None else abuf,
                      Space.WBUF: np.zeros(cfg.wbuf_words, np.float16),
                      Space.HBM: np.zeros(hbm_words, np.float16),
                      Space.HOST: np.zeros(host_words, np.float16)}
@@ -122,18 +124,21 @@ class Card:
     def text(self, pc: int | None = None) -> str:
         return str(self.program[self.pc if pc is None else pc].inst)
 
+    def next_resolved(self, max_steps: int) -> Resolved:
+        """The resolution of the instruction at pc (`pending`), resolved now unless it already is."""
+        if self.pending is None:
+            if len(self.trace) >= max_steps:
+                raise StepLimitError(self.index, self.pc, self.text(),
+                                     f"no HALT within the step limit of {max_steps} instructions")
+            self.pending = self.program[self.pc].resolve(self.regs, self.index)
+        return self.pending
+
     def advance(self, links: dict, max_steps: int) -> None:
         """Executes until the card halts or blocks on a router instruction."""
-        program, trace, regs, index, plans = self.program, self.trace, self.regs, self.index, self.plans
+        program, trace, index = self.program, self.trace, self.index
         outgoing, incoming = links[index], links[(index - 1) % self.cfg.cards]
         while True:
-            if self.pending is None:
-                if len(trace) >= max_steps:
-                    raise StepLimitError(index, self.pc, self.text(),
-                                         f"no HALT within the step limit of {max_steps} instructions")
-                decoded = program[self.pc]
-                self.pending = decoded.resolve(regs, index)
-            r = self.pending
+            r = self.next_resolved(max_steps)
             op = r.op
             if op is Opcode.HALT:
                 self.state = State.HALTED
@@ -153,21 +158,26 @@ class Card:
                 data = self.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() if self.compute else None
                 outgoing.append(Message(r.rows, r.n, data, index, self.pc, program[self.pc].inst))
             else:
-                step = plans.get(self.pc)
-                if step is not None and step[0] is r:
-                    run = step[1]
-                    if run is False:  # its second execution with r: planned now
-                        run = plan(self, r)
-                        plans[self.pc] = (r, run)
-                    if run is not None:
-                        run()
-                    else:
-                        self._execute[op](r)
-                else:
-                    self._execute[op](r)
-                    if self.compute:
-                        plans[self.pc] = (r, False)
+                self.execute(r)
             self.complete(r)
+
+    def execute(self, r: Resolved) -> None:
+        """Executes `r`, the resolution of the instruction at pc (neither a router instruction nor HALT), without
+        completing it: through its plan from its second execution with `r` on, else through the opcode's method."""
+        step = self.plans.get(self.pc)
+        if step is not None and step[0] is r:
+            run = step[1]
+            if run is False:  # its second execution with r: planned now
+                run = plan(self, r)
+                self.plans[self.pc] = (r, run)
+            if run is not None:
+                run()
+            else:
+                self._execute[r.op](r)
+        else:
+            self._execute[r.op](r)
+            if self.compute:
+                self.plans[self.pc] = (r, False)
 
     def complete(self, r: Resolved) -> None:
         self.trace.append(r)
@@ -415,11 +425,56 @@ def _allgather(cards: list) -> None:
         card.complete(resolved)
 
 
-def run_ring(cards: list, max_steps: int, synced=None) -> None:
+def stacked_abuf(cfg: ArchConfig) -> np.ndarray:
+    """Zeroed ABUFs for a ring of cfg.cards cards, one (cards, abuf_words) array whose row c is card c's (`Card`'s
+    `abuf`), so that an instruction the cards share reads and writes every card's words in one numpy operation."""
+    return np.zeros((cfg.cards, cfg.abuf_words), np.float16)
+
+
+_SYNCHRONISING = frozenset((Opcode.HALT, Opcode.ALLGATHER, Opcode.SEND, Opcode.RECV))
+
+
+def _lockstep(cards: list, groups: dict, max_steps: int) -> None:
+    """Executes the cards' instructions one pc at a time, every card at once, while every card runs at the same pc
+    an instruction that is neither HALT nor a router instruction: once for all cards through a group plan
+    (plans.group_plan: the vector instructions the cards share, over the stacked ABUF) where there is one, else card
+    by card in card order. `groups` keeps pc -> (the cards' Resolved, group plan or None) across runs. Each card's
+    results and trace are those of executing alone: the cards share no state between their router instructions."""
+    first = cards[0]
+    while first.state is State.RUNNING:
+        pc = first.pc
+        for card in cards:
+            if card.state is not State.RUNNING or card.pc != pc:
+                return
+        rs = tuple(card.next_resolved(max_steps) for card in cards)
+        for r in rs:
+            if r.op in _SYNCHRONISING:
+                return
+        entry = groups.get(pc)
+        if entry is None or entry[0] != rs:
+            entry = groups[pc] = (rs, group_plan(cards, rs))
+        run = entry[1]
+        if run is not None:
+            run()
+            for card, r in zip(cards, rs):
+                card.complete(r)
+        else:
+            for card, r in zip(cards, rs):
+                card.execute(r)
+                card.complete(r)
+
+
+def run_ring(cards: list, max_steps: int, synced=None, groups: dict | None = None) -> None:
     """Runs every card until all have halted; raises RingDeadlockError when none can progress. `synced()`, where
-    given, is called after every ALLGATHER (the cards' traces then end with it)."""
+    given, is called after every ALLGATHER (the cards' traces then end with it). `groups`, where given (a dict the
+    caller keeps for the ring across runs, emptied when the programs or memories change), makes computing cards that
+    no watch observes execute in lockstep where they can (`_lockstep`): the same results and traces; where several
+    cards fault, the fault reported is the first in lockstep order (card order at each pc)."""
     links = {card.index: deque() for card in cards}
+    lockstep = groups is not None and len(cards) > 1 and all(card.compute and card.watch is None for card in cards)
     while True:
+        if lockstep:
+            _lockstep(cards, groups, max_steps)
         progressed = False
         for card in cards:
             if card.state is State.RUNNING or (card.state is State.WAIT_RECV

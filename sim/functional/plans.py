@@ -14,12 +14,88 @@ from __future__ import annotations
 
 import numpy as np
 
-from ringgpt.hw import numerics
+from ringgpt.hw import native, numerics
 from ringgpt.hw.isa import OPCODES, REDUCTIONS, Opcode, Space
 
 _STATIC = (Space.ABUF, Space.HOST)
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
+
+
+def group_plan(cards: list, rs: tuple):
+    """A zero-argument callable that executes rs[c] on every card c at once, or None (the cards then execute it one
+    by one). The instruction at one pc of every card, the same but for the card's number: a vector instruction of one
+    row whose operands lie in ABUF (an immediate aside) and within it, on cards whose ABUFs are the rows of one
+    `machine.stacked_abuf` array. Its operands are then (cards, n) views of that array, one row a card, and one call
+    of the numerics function computes every card's row: the vector unit's operations act on each row alone, so each
+    card's words are its own execution's, bit for bit. It is made at the instruction's first execution with these
+    operands, as it has the method's only checks (each block within ABUF, else None: the methods report it)."""
+    r = rs[0]
+    op = r.op
+    if not (op in _BINARY or op is Opcode.VSCALE_SHIFT or op in REDUCTIONS or OPCODES[op].special) or r.rows != 1:
+        return None
+    for other in rs[1:]:
+        if other != r._replace(card=other.card):
+            return None
+    stack = cards[0]._mem[Space.ABUF].base
+    if stack is None or stack.shape != (len(cards), len(cards[0]._mem[Space.ABUF])):
+        return None
+    for index, each in enumerate(cards):
+        if each._mem[Space.ABUF].base is not stack or native.address(each._mem[Space.ABUF]) != (
+                native.address(stack) + index * stack.strides[0]):
+            return None
+    if r.n == 0:
+        return _nothing
+
+    def rows(operand: tuple, n: int):
+        """The cards' (cards, n) view of an operand, an immediate as its FP16 scalar, None outside ABUF."""
+        space, value = operand
+        if space is Space.IMM:
+            return np.array(value, np.uint16).view(np.float16)
+        if space is not Space.ABUF or not 0 <= value <= stack.shape[1] - n:
+            return None
+        return np.ndarray((len(cards), n), np.float16, stack, 2 * value, (stack.strides[0], 2))
+
+    n = r.n
+    reduction = OPCODES[op].reduction
+    a, out = rows(r.src1, n), rows(r.dst, 1 if reduction else n)
+    if a is None or out is None or r.src1[0] is Space.IMM or r.dst[0] is Space.IMM:
+        return None
+    if reduction == "max":
+        def run():
+            out[...] = numerics.reduce_max(a, axis=1)[:, None]
+        return run
+    if reduction:
+        b = rows(r.src2, n) if op is Opcode.VDOT else None
+        if op is Opcode.VDOT and b is None:
+            return None
+        width = cards[0].cfg.vector_width
+
+        def run():
+            out[...] = numerics.reduce_sum(a, width, b, axis=1)[:, None]
+        return run
+    if OPCODES[op].special:
+        name = OPCODES[op].special
+
+        def run():
+            out[...] = numerics.special(name, a)
+        return run
+    b = rows(r.src2, 1 if r.flags.src2_row_scalar else n)
+    if b is None:
+        return None
+    if op is Opcode.VSCALE_SHIFT:
+        c = rows(r.aux, 1 if r.flags.aux_row_scalar else n)
+        if c is None:
+            return None
+
+        def run():
+            out[...] = numerics.vscale_shift(a, b, c)
+        return run
+    fn = _BINARY[op]
+
+    def run():
+        out[...] = fn(a, b)
+    return run
 
 
 def _nothing() -> None:
