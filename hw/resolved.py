@@ -235,21 +235,36 @@ class Decoded:
         return resolved
 
 
-def resolve_run(program: list, card: int, pos: int, rows: int) -> list:
-    """Each instruction of a card's program (Instruction list) resolved for the run at (pos, rows), as the card
-    executes it: control instructions applied in order (programs have no branches) and None in their place.
-    ALLGATHER slices are left empty: `with_gather_slices` fills them from all cards."""
+_WRITES_RD = frozenset(op for op, spec in OPCODES.items() if "rd" in spec.control)
+
+
+def trace_run(program: list, card: int, pos: int, rows: int, *, to_halt: bool = True) -> list:
+    """The Resolved of each instruction of a card's program (Decoded list) in the run at (pos, rows), in the order the
+    card executes them, up to and with its first HALT (to_halt=False: the whole program): what the card's trace holds,
+    as programs have no branches and only control instructions change the registers operands read. ALLGATHER slices
+    are left empty: `with_gather_slices` fills them from all cards. A Decoded whose registers are unchanged since its
+    last resolution gives the same object."""
     regs = [0] * NUM_REGS
     regs[HOST_POS_REG], regs[HOST_ROWS_REG] = pos, rows
     resolved = []
-    for inst in program:
-        if OPCODES[inst.opcode].unit is Unit.CONTROL:
-            if inst.opcode in (Opcode.SETI, Opcode.ADDI, Opcode.MULI, Opcode.ADD) and inst.rd:
-                regs[inst.rd] = control_result(inst.opcode, regs, inst.rs, inst.rt, inst.imm)
-            resolved.append(None)
-        else:
-            resolved.append(Decoded(inst).resolve(regs, card))
+    for decoded in program:
+        r = decoded.resolve(regs, card)
+        resolved.append(r)
+        if r.op in _WRITES_RD:
+            rd, rs, rt, imm = decoded.ctrl
+            if rd:
+                regs[rd] = control_result(r.op, regs, rs, rt, imm)
+        elif r.op is Opcode.HALT and to_halt:
+            break
     return resolved
+
+
+def resolve_run(program: list, card: int, pos: int, rows: int) -> list:
+    """Each instruction of a card's program (Instruction list) resolved for the run at (pos, rows), as the card
+    executes it (`trace_run`), None in the place of control instructions. ALLGATHER slices are left empty:
+    `with_gather_slices` fills them from all cards."""
+    return [None if OPCODES[r.op].unit is Unit.CONTROL else r
+            for r in trace_run([Decoded(inst) for inst in program], card, pos, rows, to_halt=False)]
 
 
 def with_gather_slices(runs: list) -> list:

@@ -58,7 +58,7 @@ def test_a_failed_run_is_dropped_by_the_worker(image):
     device = CheckedDevice(CONFIG, timing=TIMING, schedule_worker=True)
     try:
         _generate(device, image, tokens=2)
-        device.max_steps = len(device.cards[0].trace) // 2  # stopped after some blocks were sent
+        device.max_steps = len(device.cards[0].trace) // 2  # stopped halfway: the worker's reply is dropped
         with pytest.raises(StepLimitError):
             _generate(device, image, tokens=2)
         device.max_steps = device_module.DEFAULT_MAX_STEPS
@@ -115,3 +115,26 @@ def test_the_device_starts_a_worker_once_it_has_scheduled_long_enough(image, mon
     monkeypatch.setenv("RINGGPT_SCHEDULE_WORKER", "yes")
     with pytest.warns(RuntimeWarning, match="RINGGPT_SCHEDULE_WORKER='yes' is neither 0 nor 1"):
         assert not _worker_after_two_runs(image, 1, monkeypatch)[0]
+
+
+@pytest.mark.parametrize("cards", [2, 3])
+def test_the_workers_traces_are_the_cards_own(cards):
+    """The traces the worker resolves from the programs and (pos, rows) alone equal the cards' traces, run after run
+    (3 cards: 4 heads split unevenly, programs that differ), and instructions whose registers did not change are the
+    same objects as in the last run (the schedule's memo of derived costs)."""
+    from ringgpt.hw.resolved import Decoded
+    from ringgpt.sim.cycle_model.worker import card_traces
+    config = get_config("sim-small", cards)
+    device = SimulatorDevice(config, schedule_worker=False)
+    device.load(compile_model(load_model(SPEC.replace("n_head=2", "n_head=4"), seed=5), config, max_context=32))
+    programs = [[Decoded(decoded.inst) for decoded in card.program] for card in device.cards]
+    gathered = [{} for _ in programs]
+    last = None
+    for pos, rows in [(0, 4), (4, 1), (5, 1), (6, 1)]:
+        device.run(pos, rows)
+        traces = card_traces(programs, gathered, pos, rows)
+        assert traces == [card.trace for card in device.cards]
+        if last is not None and rows == 1 and pos > 4:
+            same = sum(a is b for trace, before in zip(traces, last) for a, b in zip(trace, before))
+            assert same > 0.5 * sum(map(len, traces))
+        last = traces

@@ -47,8 +47,7 @@ def _runs(image, cfg, monkeypatch, planned: bool = True, lockstep: bool = True) 
         if not planned:
             patch.setattr(machine, "plan", lambda card, r: None)
         if not lockstep:
-            patch.setattr(device_module, "run_ring", lambda cards, steps, synced, groups: machine.run_ring(
-                cards, steps, synced))
+            patch.setattr(device_module, "run_ring", lambda cards, steps, groups: machine.run_ring(cards, steps))
         device = SimulatorDevice(cfg)
         device.load(image)
         offset = image.meta["host"]["ids_offset"]

@@ -1,15 +1,15 @@
-"""The cycle model's schedule in a second process, fed while the functional simulator runs.
+"""The cycle model's schedule in a second process, beside the functional simulator.
 
-`ScheduleWorker` (the simulator's side) sends each card's newly executed instructions at every point where the
-cards synchronise (`push`) and the end of the run (`finish`, which returns the reports); the worker process
-(`python -m ringgpt.sim.cycle_model.worker`) runs `schedule` on traces that grow as the blocks arrive, so the
-schedule of a run overlaps its execution and only its tail is waited for. The reports are those of
-`schedule(traces, cfg)` in the simulator's own process, field for field (tests/test_schedule_worker.py).
-
-An instruction crosses the pipe once: both sides number the Resolved objects (a slot each), and an instruction the
-simulator executes again with the same Resolved object (as it does while its registers are unchanged) is sent as its
-slot, so the worker's schedule meets the same object again and reuses its derived costs (scheduler._costed).
-Frames on the pipes: an 8-byte little-endian length, then a pickle.
+A card's trace in a run is a function of its program and the run's (pos, rows) alone: programs have no branches, and
+the registers operands read change only by control instructions (`hw/resolved.trace_run`). So the worker process
+(`python -m ringgpt.sim.cycle_model.worker`) holds the cards' programs (`ScheduleWorker.load`, whenever the simulator's
+programs change) and, told a run's (pos, rows) as it starts (`begin`), resolves the cards' traces itself and schedules
+them while the simulator executes the same instructions: only the run's two integers cross the pipe before the
+reports come back (`finish`). The reports are those of `schedule(traces, cfg)` over the cards' own traces in the
+simulator's process, field for field (tests/test_schedule_worker.py). An instruction whose registers are unchanged
+resolves to the same Resolved object run after run (Decoded's memo; an ALLGATHER's through the worker's own memo, as
+the cards keep theirs), so the schedule reuses its derived costs (scheduler._costed) as in the simulator's process.
+Frames on the pipes: an 8-byte little-endian length, then a pickle; every run gets one reply.
 """
 from __future__ import annotations
 
@@ -20,27 +20,12 @@ import subprocess
 import sys
 from typing import BinaryIO
 
-from ringgpt.hw.isa import Flags, Opcode, Space
-from ringgpt.hw.resolved import Resolved
+from ringgpt.hw.isa import Opcode
+from ringgpt.hw.resolved import Decoded, trace_run, with_gather_slices
 
 from .scheduler import schedule
 
 _LENGTH = struct.Struct("<Q")
-_OPCODES = {op._value_: op for op in Opcode}
-_SPACES = {space._value_: space for space in Space}
-
-
-def _encode(r: Resolved) -> tuple:
-    """r in plain integers and tuples (pickled and unpickled several times faster than its enums)."""
-    op, card, rows, n, k, pos, dst, src1, src2, aux, s0, s1, s2, s3, flags, slices = r
-    return (op._value_, card, rows, n, k, pos, dst[0]._value_, dst[1], src1[0]._value_, src1[1], src2[0]._value_,
-            src2[1], aux[0]._value_, aux[1], s0, s1, s2, s3, tuple(flags), slices)
-
-
-def _decode(t: tuple) -> Resolved:
-    spaces = _SPACES
-    return Resolved(_OPCODES[t[0]], t[1], t[2], t[3], t[4], t[5], (spaces[t[6]], t[7]), (spaces[t[8]], t[9]),
-                    (spaces[t[10]], t[11]), (spaces[t[12]], t[13]), t[14], t[15], t[16], t[17], Flags(*t[18]), t[19])
 
 
 def _send(stream: BinaryIO, message) -> None:
@@ -68,23 +53,14 @@ class WorkerError(RuntimeError):
 class ScheduleWorker:
     """The simulator's end of a worker process that schedules its runs under `config` and every `timing` variant.
 
-    Per run: `begin()`, `push(traces)` whenever more of the traces is known (each card's list of Resolved, grown
-    since the last push), then `finish(traces)` for (report, {label: report}) or `abort()` when the run failed."""
+    `load(programs)` whenever the cards' programs change; per run `begin(pos, rows)`, then `finish()` for
+    (report, {label: report}) or `abort()` when the run failed."""
 
     def __init__(self, config, timing: dict):
         self._process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE)
-        self._slots: dict = {}
-        """id(r) -> slot of every Resolved r the worker holds."""
-        self._held: dict = {}
-        """id(r) -> r for the same objects (alive, so that an id stays its object's)."""
-        self._used: set = set()
-        """The ids of the objects the run under way refers to."""
-        self._dropped: list = []
-        """The slots the worker may forget (objects the last finished run did not use), sent with the next run."""
-        self._next_slot = 0
-        self._sent: list = []
-        """Per card: how many of its trace's entries have been sent in this run."""
+        self.programs = None
+        """The programs the worker holds (the simulator's lists of Decoded, by identity), None before `load`."""
         self._call(_send, self._process.stdin, ("configure", config, dict(timing)))
 
     def _call(self, function, *args):
@@ -94,46 +70,20 @@ class ScheduleWorker:
             self.close()
             raise WorkerError(f"the cycle model's worker process failed ({exc})") from None
 
-    def begin(self, cards: int) -> bool:
-        """Starts a run of `cards` cards (True)."""
-        self._used = set()
-        self._sent = [0] * cards
-        self._call(_send, self._process.stdin, ("begin", self._dropped))
-        self._dropped = []
+    def load(self, programs: list) -> bool:
+        """Gives the worker the cards' programs (one list of Decoded per card; True)."""
+        self.programs = list(programs)
+        instructions = [[decoded.inst for decoded in program] for program in programs]
+        self._call(_send, self._process.stdin, ("programs", instructions))
         return True
 
-    def push(self, traces: list) -> bool:
-        """Sends what the cards executed since the last push (True)."""
-        slots, new, blocks = self._slots, [], []
-        for card, trace in enumerate(traces):
-            entries = trace[self._sent[card]:]
-            self._sent[card] = len(trace)
-            keys = list(map(id, entries))
-            block = list(map(slots.get, keys))
-            if None in block:
-                for index, slot in enumerate(block):
-                    if slot is None:
-                        r, key = entries[index], keys[index]
-                        slot = slots.get(key)
-                        if slot is None:  # (an object met twice in this block is sent once)
-                            slot = slots[key] = self._next_slot
-                            self._held[key] = r
-                            self._next_slot += 1
-                            new.append((slot, _encode(r)))
-                        block[index] = slot
-            self._used.update(keys)
-            blocks.append(block)
-        self._call(_send, self._process.stdin, ("entries", new, blocks))
+    def begin(self, pos: int, rows: int) -> bool:
+        """Starts scheduling the run at (pos, rows) of the loaded programs (True)."""
+        self._call(_send, self._process.stdin, ("run", pos, rows))
         return True
 
-    def finish(self, traces: list) -> tuple:
-        """The rest of the traces, then the run's (report, variant reports); both sides forget the objects this run
-        did not use."""
-        self.push(traces)
-        self._call(_send, self._process.stdin, ("end",))
-        for key in self._slots.keys() - self._used:  # while the worker finishes the schedule
-            self._dropped.append(self._slots.pop(key))
-            del self._held[key]
+    def finish(self) -> tuple:
+        """The run's (report, variant reports), once the worker has scheduled it."""
         reply = self._call(_receive, self._process.stdout)
         if reply[0] != "report":
             self.close()
@@ -141,8 +91,8 @@ class ScheduleWorker:
         return reply[1], reply[2]
 
     def abort(self) -> bool:
-        """Drops the run under way (the functional run failed; True)."""
-        self._call(_send, self._process.stdin, ("abort",))
+        """Drops the run under way (the functional run failed): its reply is read and discarded (True)."""
+        self._call(_receive, self._process.stdout)
         return True
 
     def close(self) -> None:
@@ -168,90 +118,47 @@ class ScheduleWorker:
         self.close()
 
 
-class _Aborted(Exception):
-    """The simulator dropped the run being scheduled."""
-
-
-class _Run:
-    """One run's traces as they arrive: each card's `_Trace` pulls the next frame from the pipe when it has
-    scheduled every entry received so far."""
-
-    def __init__(self, stream: BinaryIO, objects: dict, cards: int):
-        self.stream, self.objects = stream, objects
-        self.traces = [_Trace(self) for _ in range(cards)]
-        self.ended = False
-
-    def pull(self) -> None:
-        message = _receive(self.stream)
-        if message[0] == "entries":
-            _, new, blocks = message
-            self.objects.update((slot, _decode(t)) for slot, t in new)
-            objects = self.objects
-            for trace, block in zip(self.traces, blocks):
-                trace.entries.extend([objects[slot] for slot in block])
-        elif message[0] == "end":
-            self.ended = True
-        elif message[0] == "abort":
-            raise _Aborted
-        else:
-            raise ValueError(f"unexpected message {message[0]!r} within a run")
-
-
-class _Trace:
-    """A card's trace (list-like for `schedule`: iteration and len) that grows from the pipe while iterated."""
-
-    def __init__(self, run: _Run):
-        self.run, self.entries = run, []
-
-    def __iter__(self):
-        entries, index = self.entries, 0
-        while True:
-            while index == len(entries):
-                if self.run.ended:
-                    return
-                self.run.pull()
-            yield entries[index]
-            index += 1
-
-    def __len__(self) -> int:
-        return len(self.entries)
+def card_traces(programs: list, gathered: list, pos: int, rows: int) -> list:
+    """Every card's trace of the run at (pos, rows) (programs: one list of Decoded per card), as the cards execute
+    them: `trace_run` and the ALLGATHERs' slices, an ALLGATHER equal to the one at its pc in the card's last run given
+    as that same object (gathered: one dict pc -> Resolved per card, kept across runs). Raises ValueError where the
+    cards' ALLGATHERs do not meet (the functional run fails then too)."""
+    traces = with_gather_slices([trace_run(program, card, pos, rows) for card, program in enumerate(programs)])
+    for trace, memo in zip(traces, gathered):
+        for pc, r in enumerate(trace):
+            if r.op is Opcode.ALLGATHER:
+                if memo.get(pc) == r:
+                    trace[pc] = memo[pc]
+                else:
+                    memo[pc] = r
+    return traces
 
 
 def serve(incoming: BinaryIO, outgoing: BinaryIO) -> None:
-    """The worker's loop: a configuration, then runs, each scheduled as its traces arrive."""
+    """The worker's loop: a configuration, then programs and runs, each run answered with its reports."""
     message = _receive(incoming)
     if message[0] != "configure":
         raise ValueError(f"expected the configuration first, got {message[0]!r}")
     _, config, timing = message
-    objects: dict = {}
+    programs, gathered = [], []
     while True:
         try:
             message = _receive(incoming)
         except EOFError:
             return
-        if message[0] == "abort":
+        if message[0] == "programs":
+            programs = [[Decoded(inst) for inst in program] for program in message[1]]
+            gathered = [{} for _ in programs]
             continue
-        if message[0] != "begin":
-            raise ValueError(f"expected the start of a run, got {message[0]!r}")
-        for slot in message[1]:
-            del objects[slot]
-        run = _Run(incoming, objects, config.cards)
+        if message[0] != "run":
+            raise ValueError(f"expected programs or a run, got {message[0]!r}")
         try:
-            report = schedule(run.traces, config)
-        except _Aborted:
-            continue
+            traces = card_traces(programs, gathered, message[1], message[2])
+            report = schedule(traces, config)
+            variants = {label: schedule(traces, other) for label, other in timing.items()}
         except ValueError as exc:
-            try:
-                while not run.ended:
-                    run.pull()
-            except _Aborted:
-                continue
             _send(outgoing, ("error", str(exc)))
             continue
-        while not run.ended:  # entries after every card's HALT (none from the simulator)
-            run.pull()
-        traces = [trace.entries for trace in run.traces]
-        variants = {label: schedule(traces, other) for label, other in timing.items()}
         _send(outgoing, ("report", report, variants))
 
 

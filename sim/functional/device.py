@@ -62,8 +62,8 @@ class SimulatorDevice(Device):
         self._last_error: str | None = None
         self.seconds = {"functional": 0.0, "cycle_model": 0.0}
         """Host wall-clock seconds its runs spent executing the cards' programs and in the cycle model (every timing
-        variant's schedule included; with the worker, what this process spends sending the traces and waiting for
-        the reports), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
+        variant's schedule included; with the worker, what this process spends starting it, sending it the programs
+        and the runs and waiting for the reports), summed over runs (simulation speed: scripts/bench_simspeed.py)."""
         setting = os.environ.get("RINGGPT_SCHEDULE_WORKER", "")
         if setting not in ("", "0", "1"):
             warnings.warn(f"RINGGPT_SCHEDULE_WORKER={setting!r} is neither 0 nor 1 and is ignored: set 1 to start the "
@@ -145,25 +145,18 @@ class SimulatorDevice(Device):
     def _run(self, pos: int, rows: int, watch) -> RunStats:
         check_loaded(bool(self.cards))
         check_run(pos, rows)
-        started = time.perf_counter()
+        began = time.perf_counter()
         for card in self.cards:
             card.start(int(pos), int(rows))
             card.watch = _card_watch(card, watch) if watch else None
         worker = self._worker_for_run()
-        if worker is not None and not self._worker_step(lambda: worker.begin(len(self.cards))):
+        if worker is not None and not self._worker_step(lambda: self._begin(worker, int(pos), int(rows))):
             worker = None
-        pushing = 0.0
-
-        def push() -> None:
-            nonlocal worker, pushing
-            began = time.perf_counter()
-            if worker is not None and not self._worker_step(lambda: worker.push([c.trace for c in self.cards])):
-                worker = None
-            pushing += time.perf_counter() - began
+        started = time.perf_counter()
         with _collector_paused():
             try:
-                run_ring(self.cards, self.max_steps, push if worker else None, self._groups)
-            except BaseException as exc:  # a device error, or an interrupt: the worker drops the run
+                run_ring(self.cards, self.max_steps, self._groups)
+            except BaseException as exc:  # a device error, or an interrupt: the worker's reply is dropped
                 if isinstance(exc, DeviceError):
                     self._last_error = str(exc)
                 if worker is not None:
@@ -173,17 +166,17 @@ class SimulatorDevice(Device):
                 for card in self.cards:
                     card.watch = None
             executed = time.perf_counter()
-            traces = [card.trace for card in self.cards]
-            reports = worker and self._worker_step(lambda: worker.finish(traces))
+            reports = worker and self._worker_step(worker.finish)
             if reports:
                 report, variant_reports = reports
             else:
+                traces = [card.trace for card in self.cards]
                 report = schedule(traces, self.config)
                 variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
                 self._scheduled_here += time.perf_counter() - executed
         scheduled = time.perf_counter()
-        self.seconds["functional"] += executed - started - pushing
-        self.seconds["cycle_model"] += scheduled - executed + pushing
+        self.seconds["functional"] += executed - started
+        self.seconds["cycle_model"] += scheduled - executed + started - began
         self.last_report = report
         self.last_variant_reports = variant_reports
         self._runs += 1
@@ -192,7 +185,7 @@ class SimulatorDevice(Device):
         return RunStats(cycles=report.cycles,
                         seconds=report.cycles / (cfg.clock_mhz * 1e6) + cfg.launch_overhead_us * 1e-6,
                         hbm_bytes=report.hbm_bytes, breakdown=dict(report.slowest.classes),
-                        wall_seconds=time.perf_counter() - started,
+                        wall_seconds=time.perf_counter() - began,
                         variants={label: rep.cycles / (self.timing[label].clock_mhz * 1e6)
                                   + self.timing[label].launch_overhead_us * 1e-6
                                   for label, rep in self.last_variant_reports.items()})
@@ -207,6 +200,14 @@ class SimulatorDevice(Device):
             except (OSError, WorkerError) as exc:
                 self._give_up_worker(exc)
         return self._worker
+
+    def _begin(self, worker: ScheduleWorker, pos: int, rows: int) -> bool:
+        """Starts the worker on this run, giving it the cards' programs first where it holds others (True)."""
+        programs = [card.program for card in self.cards]
+        held = worker.programs
+        if held is None or len(held) != len(programs) or any(a is not b for a, b in zip(held, programs)):
+            worker.load(programs)
+        return worker.begin(pos, rows)
 
     def _worker_step(self, step):
         """step()'s result, or None when the worker failed (warned about once; this process schedules from then)."""

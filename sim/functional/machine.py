@@ -464,9 +464,8 @@ def _lockstep(cards: list, groups: dict, max_steps: int) -> None:
                 card.complete(r)
 
 
-def run_ring(cards: list, max_steps: int, synced=None, groups: dict | None = None) -> None:
-    """Runs every card until all have halted; raises RingDeadlockError when none can progress. `synced()`, where
-    given, is called after every ALLGATHER (the cards' traces then end with it). `groups`, where given (a dict the
+def run_ring(cards: list, max_steps: int, groups: dict | None = None) -> None:
+    """Runs every card until all have halted; raises RingDeadlockError when none can progress. `groups`, where given (a dict the
     caller keeps for the ring across runs, emptied when the programs or memories change), makes computing cards that
     no watch observes execute in lockstep where they can (`_lockstep`): the same results and traces; where several
     cards fault, the fault reported is the first in lockstep order (card order at each pc)."""
@@ -485,8 +484,6 @@ def run_ring(cards: list, max_steps: int, synced=None, groups: dict | None = Non
             break
         if all(card.state is State.WAIT_GATHER for card in cards):
             _allgather(cards)
-            if synced is not None:
-                synced()
         elif not progressed:
             raise RingDeadlockError("ring deadlock: no card can make progress", [
                 (c.index, c.pc, c.text(), _blocked_reason(c, len(cards))) for c in cards])
