@@ -11,9 +11,9 @@ every thread's time, not the worker's). Decode cost = (cost of prompt + N tokens
 prompt + 1 token) / (N - 1), so the prompt is not counted. The two sides are measured in turn, --repeats times, and
 each figure is the median. The simulator's wall time is also split into its parts (SimulatorDevice.seconds; each
 part's median, so they need not add up to the whole's): executing the cards' programs ("functional": numerics, the
-matrix kernel included), the cycle model's schedule ("cycle_model"; with the worker, sending it the traces and
-waiting for its reports) and the rest ("host": the appliance's host path,
-read-back and sampling).
+matrix kernel included), the cycle model's schedule ("cycle_model"; with the worker, telling it each run and
+waiting for its reports) and the rest ("host": the appliance's host path, read-back, sampling and Python's garbage
+collector's pass over each run's new objects).
 """
 from __future__ import annotations
 

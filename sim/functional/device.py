@@ -174,7 +174,7 @@ class SimulatorDevice(Device):
                 report = schedule(traces, self.config)
                 variant_reports = {label: schedule(traces, other) for label, other in self.timing.items()}
                 self._scheduled_here += time.perf_counter() - executed
-        scheduled = time.perf_counter()
+            scheduled = time.perf_counter()  # (the collector's pass over the run's objects comes after: neither part)
         self.seconds["functional"] += executed - started
         self.seconds["cycle_model"] += scheduled - executed + started - began
         self.last_report = report
