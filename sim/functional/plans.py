@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ringgpt.hw import native, numerics
-from ringgpt.hw.isa import OPCODES, REDUCTIONS, Opcode, Space
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 _STATIC = (Space.ABUF, Space.HOST)
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
+_VECTOR = frozenset(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)
 
 
 def group_plan(cards: list, rs: tuple):
@@ -32,7 +33,7 @@ def group_plan(cards: list, rs: tuple):
     operands, as it has the method's only checks (each block within ABUF, else None: the methods report it)."""
     r = rs[0]
     op = r.op
-    if not (op in _BINARY or op is Opcode.VSCALE_SHIFT or op in REDUCTIONS or OPCODES[op].special) or r.rows != 1:
+    if op not in _VECTOR or r.rows != 1:
         return None
     for other in rs[1:]:
         if other != r._replace(card=other.card):
@@ -61,41 +62,8 @@ def group_plan(cards: list, rs: tuple):
     a, out = rows(r.src1, n), rows(r.dst, 1 if reduction else n)
     if a is None or out is None or r.src1[0] is Space.IMM or r.dst[0] is Space.IMM:
         return None
-    if reduction == "max":
-        def run():
-            out[...] = numerics.reduce_max(a, axis=1)[:, None]
-        return run
-    if reduction:
-        b = rows(r.src2, n) if op is Opcode.VDOT else None
-        if op is Opcode.VDOT and b is None:
-            return None
-        width = cards[0].cfg.vector_width
-
-        def run():
-            out[...] = numerics.reduce_sum(a, width, b, axis=1)[:, None]
-        return run
-    if OPCODES[op].special:
-        name = OPCODES[op].special
-
-        def run():
-            out[...] = numerics.special(name, a)
-        return run
-    b = rows(r.src2, 1 if r.flags.src2_row_scalar else n)
-    if b is None:
-        return None
-    if op is Opcode.VSCALE_SHIFT:
-        c = rows(r.aux, 1 if r.flags.aux_row_scalar else n)
-        if c is None:
-            return None
-
-        def run():
-            out[...] = numerics.vscale_shift(a, b, c)
-        return run
-    fn = _BINARY[op]
-
-    def run():
-        out[...] = fn(a, b)
-    return run
+    return _vector_run(r, a, out, lambda name, row_scalar: rows(getattr(r, name), 1 if row_scalar else n),
+                       cards[0].cfg.vector_width)
 
 
 def _nothing() -> None:
@@ -105,7 +73,7 @@ def _nothing() -> None:
 def plan(card, r):
     """A zero-argument callable that executes `r` on `card` as `card._execute[r.op](r)` does, or None."""
     op = r.op
-    if op in _BINARY or op is Opcode.VSCALE_SHIFT or op in REDUCTIONS or OPCODES[op].special:
+    if op in _VECTOR:
         return _vector(card, r)
     if op is Opcode.MATMUL or op is Opcode.MASKED_QK:
         return _matrix(card, r)
@@ -138,21 +106,27 @@ def _vector_operand(card, r, name: str, row_scalar: bool):
 def _vector(card, r):
     if r.rows == 0 or r.n == 0:
         return _nothing
-    rows, n, op = r.rows, r.n, r.op
-    a = _view(card, "src1", r.src1, rows, n, r.src1_stride)
-    reduction = OPCODES[op].reduction
-    out = _target(card, r.dst, rows, 1 if reduction else n, r.dst_stride)
+    a = _view(card, "src1", r.src1, r.rows, r.n, r.src1_stride)
+    out = _target(card, r.dst, r.rows, 1 if OPCODES[r.op].reduction else r.n, r.dst_stride)
     if a is None or out is None:
         return None
+    return _vector_run(r, a, out, lambda name, row_scalar: _vector_operand(card, r, name, row_scalar),
+                       card.cfg.vector_width)
+
+
+def _vector_run(r, a, out, operand, width: int):
+    """The closure that computes vector instruction `r` from its src1 view `a` into its dst view `out`, its other
+    operands given by operand(name, row_scalar) (a view, an immediate's FP16 scalar, or None: no plan), or None."""
+    op = r.op
+    reduction = OPCODES[op].reduction
     if reduction == "max":
         def run():
             out[...] = numerics.reduce_max(a, axis=1)[:, None]
         return run
     if reduction:
-        b = _vector_operand(card, r, "src2", False) if op is Opcode.VDOT else None
+        b = operand("src2", False) if op is Opcode.VDOT else None
         if op is Opcode.VDOT and b is None:
             return None
-        width = card.cfg.vector_width
 
         def run():
             out[...] = numerics.reduce_sum(a, width, b, axis=1)[:, None]
@@ -163,11 +137,11 @@ def _vector(card, r):
         def run():
             out[...] = numerics.special(name, a)
         return run
-    b = _vector_operand(card, r, "src2", r.flags.src2_row_scalar)
+    b = operand("src2", r.flags.src2_row_scalar)
     if b is None:
         return None
     if op is Opcode.VSCALE_SHIFT:
-        c = _vector_operand(card, r, "aux", r.flags.aux_row_scalar)
+        c = operand("aux", r.flags.aux_row_scalar)
         if c is None:
             return None
 
