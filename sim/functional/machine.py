@@ -465,10 +465,10 @@ def _lockstep(cards: list, groups: dict, max_steps: int) -> None:
 
 
 def run_ring(cards: list, max_steps: int, groups: dict | None = None) -> None:
-    """Runs every card until all have halted; raises RingDeadlockError when none can progress. `groups`, where given (a dict the
-    caller keeps for the ring across runs, emptied when the programs or memories change), makes computing cards that
-    no watch observes execute in lockstep where they can (`_lockstep`): the same results and traces; where several
-    cards fault, the fault reported is the first in lockstep order (card order at each pc)."""
+    """Runs every card until all have halted; raises RingDeadlockError when none can progress. `groups`, where given
+    (a dict the caller keeps for the ring across runs, emptied when the programs or memories change), makes computing
+    cards that no watch observes execute in lockstep where they can (`_lockstep`): the same results and traces; where
+    several cards fault, the fault reported is the first in lockstep order (card order at each pc)."""
     links = {card.index: deque() for card in cards}
     lockstep = groups is not None and len(cards) > 1 and all(card.compute and card.watch is None for card in cards)
     while True:
