@@ -10,6 +10,7 @@ from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import get_config
 from ringgpt.sim.cycle_model import schedule
 from ringgpt.sim.functional import SimulatorDevice, StepLimitError
+from ringgpt.sim.cycle_model import worker as worker_module
 from ringgpt.sim.functional import device as device_module
 
 SPEC = "synthetic:n_layer=2,n_embd=64,n_head=2,vocab_size=300,n_positions=64"
@@ -86,6 +87,28 @@ def test_a_dead_worker_is_warned_about_and_the_device_schedules_itself(image):
     assert device._worker is None and device.checked == 1 + 2  # the prompt run before, prompt and decode after
     _generate(device, image, tokens=2)  # not started again
     assert device._worker is None
+
+
+def test_an_interrupt_while_waiting_for_the_reports_closes_the_worker(image, monkeypatch):
+    """Interrupted while reading the worker's reply (which may stay half read), the device closes the worker, and its
+    next run warns and schedules in its own process: no run reads another run's reports."""
+    device = CheckedDevice(CONFIG, schedule_worker=True)
+    try:
+        _generate(device, image, tokens=1)
+        process = device._worker._process
+
+        def interrupted(process):
+            raise KeyboardInterrupt
+        with monkeypatch.context() as patch:
+            patch.setattr(worker_module, "_reply", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                device.run(0, 1)
+        assert process.poll() is not None
+        with pytest.warns(RuntimeWarning, match="worker process was closed"):
+            _generate(device, image, tokens=2)
+        assert device._worker is None and device.checked == 1 + 2  # the interrupted run is not counted
+    finally:
+        device.close()
 
 
 def _worker_after_two_runs(image, cpus, monkeypatch, compute=True):

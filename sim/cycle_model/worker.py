@@ -13,6 +13,7 @@ Frames on the pipes: an 8-byte little-endian length, then a pickle; every run ge
 """
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import struct
@@ -46,6 +47,14 @@ def _receive(stream: BinaryIO):
     return pickle.loads(data)
 
 
+def _tell(process: subprocess.Popen, message) -> None:
+    _send(process.stdin, message)
+
+
+def _reply(process: subprocess.Popen):
+    return _receive(process.stdout)
+
+
 class WorkerError(RuntimeError):
     """The worker process failed or its pipe closed (the simulator then schedules in its own process)."""
 
@@ -61,30 +70,37 @@ class ScheduleWorker:
                                          stdout=subprocess.PIPE)
         self.programs = None
         """The programs the worker holds (the simulator's lists of Decoded, by identity), None before `load`."""
-        self._call(_send, self._process.stdin, ("configure", config, dict(timing)))
+        self._call(_tell, ("configure", config, dict(timing)))
 
     def _call(self, function, *args):
+        """function(the worker process, *args); a failure closes the worker (WorkerError), and so does an interrupt
+        (raised as it is), which may leave a frame half sent or a reply unread."""
+        if self._process is None:
+            raise WorkerError("the cycle model's worker process was closed")
         try:
-            return function(*args)
+            return function(self._process, *args)
         except (OSError, EOFError, ValueError, pickle.PickleError) as exc:
             self.close()
             raise WorkerError(f"the cycle model's worker process failed ({exc})") from None
+        except BaseException:
+            self.close()
+            raise
 
     def load(self, programs: list) -> bool:
         """Gives the worker the cards' programs (one list of Decoded per card; True)."""
         self.programs = list(programs)
         instructions = [[decoded.inst for decoded in program] for program in programs]
-        self._call(_send, self._process.stdin, ("programs", instructions))
+        self._call(_tell, ("programs", instructions))
         return True
 
     def begin(self, pos: int, rows: int) -> bool:
         """Starts scheduling the run at (pos, rows) of the loaded programs (True)."""
-        self._call(_send, self._process.stdin, ("run", pos, rows))
+        self._call(_tell, ("run", pos, rows))
         return True
 
     def finish(self) -> tuple:
         """The run's (report, variant reports), once the worker has scheduled it."""
-        reply = self._call(_receive, self._process.stdout)
+        reply = self._call(_reply)
         if reply[0] != "report":
             self.close()
             raise WorkerError(f"the cycle model's worker process failed: {reply[1]}")
@@ -92,7 +108,7 @@ class ScheduleWorker:
 
     def abort(self) -> bool:
         """Drops the run under way (the functional run failed): its reply is read and discarded (True)."""
-        self._call(_receive, self._process.stdout)
+        self._call(_reply)
         return True
 
     def close(self) -> None:
@@ -164,4 +180,8 @@ def serve(incoming: BinaryIO, outgoing: BinaryIO) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the simulator's to handle; a closed pipe ends this
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    try:
+        serve(sys.stdin.buffer, sys.stdout.buffer)
+    except BrokenPipeError:  # the simulator closed the worker while it answered (Python's docs, "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        sys.exit(1)
