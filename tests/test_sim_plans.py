@@ -42,12 +42,13 @@ def test_generation_logits_are_bit_identical_to_the_stored_digest(model, cards):
 
 def _runs(image, cfg, monkeypatch, planned: bool = True, lockstep: bool = True) -> list:
     """Memories, stats and cycle timelines after a prompt run and four decode runs (lockstep=False: each card runs
-    alone up to its router instructions, machine.run_ring without group plans)."""
+    alone up to its router instructions, machine.run_ring without group plans, every card with an ABUF of its own)."""
     with monkeypatch.context() as patch:
         if not planned:
             patch.setattr(machine, "plan", lambda card, r: None)
         if not lockstep:
             patch.setattr(device_module, "run_ring", lambda cards, steps, groups: machine.run_ring(cards, steps))
+            patch.setattr(device_module, "stacked_abuf", lambda cfg: None)
         device = SimulatorDevice(cfg)
         device.load(image)
         offset = image.meta["host"]["ids_offset"]
@@ -73,8 +74,9 @@ def test_runs_with_plans_equal_runs_without(model, monkeypatch):
 
 @pytest.mark.parametrize("cards", [2, 3])
 def test_lockstep_runs_equal_runs_card_by_card(model, monkeypatch, cards):
-    """The cards in lockstep, shared vector instructions executed once over the stacked ABUF (3 cards: 4 heads split
-    unevenly, so the programs differ and the cards leave lockstep until the next ALLGATHER)."""
+    """The cards in lockstep, shared vector instructions and MASKED_QK's maxima executed once over the stacked ABUF
+    and ALLGATHER's blocks landing in every card's row at once (3 cards: 4 heads split unevenly, so the programs
+    differ and the cards leave lockstep until the next ALLGATHER)."""
     cfg = get_config("sim-small", cards)
     image = compile_model(model, cfg, 32)
     assert _runs(image, cfg, monkeypatch, lockstep=True) == _runs(image, cfg, monkeypatch, lockstep=False)
@@ -90,20 +92,24 @@ VECTOR_PROGRAM = """
     VDOT dst=ABUF[130] src1=ABUF[0] src2=IMM[0x4000] rows=1 n=16
     VMAX dst=ABUF[131] src1=ABUF[0] rows=1 n=16
     VEXP dst=ABUF[144] src1=ABUF[0] rows=1 n=16
+    MASKED_QK dst=ABUF[160] src1=ABUF[0] src2=WBUF[0] aux=ABUF[176] rows=1 n=6 k=16 pos=r1 src2_stride=16
     VADD dst=ABUF[0] src1=ABUF[0] src2=ABUF[0] rows=1 n=16
     HALT"""
 
 
 def test_group_plans_compute_each_cards_own_row():
-    """Every kind of vector instruction on 3 cards with different data, executed once for all cards in lockstep: each
-    card's results are the numerics of its own operands, run after run (the last instruction writes its source)."""
+    """Every kind of vector instruction and a MASKED_QK (its last columns masked) on 3 cards with different data, each
+    executed once for all cards in lockstep: each card's results are the numerics of its own operands, run after run
+    (the last instruction writes its source)."""
     rng = np.random.default_rng(11)
     device = device_for([VECTOR_PROGRAM] * 3)
     start = [rand16(rng, 48) for _ in range(3)]
+    keys = [rand16(rng, 6, 16) for _ in range(3)]
     for card, words in enumerate(start):
         device.cards[card].mem[Space.ABUF][0:48] = words
+        device.cards[card].mem[Space.WBUF][0:96] = keys[card].ravel()
     for run in range(3):
-        device.run(0, 1)
+        device.run(3, 1)
         for card, words in enumerate(start):
             a, b, c = words[0:16], words[16:32], words[32:48]
             got = device.memory(card, Space.ABUF)
@@ -112,11 +118,14 @@ def test_group_plans_compute_each_cards_own_row():
                         112: nm.vscale_shift(a, b, c[:1]), 128: [nm.reduce_sum(a, width)],
                         129: [nm.reduce_sum(a, width, b)], 130: [nm.reduce_sum(a, width, np.float16(2))],
                         131: [nm.reduce_max(a)], 144: nm.special("exp", a), 0: nm.vadd(a, a)}
+            scores = nm.matmul(a, keys[card].T, CFG.mac_width)
+            scores[4:] = -np.inf
+            expected.update({160: scores, 176: [nm.reduce_max(scores)]})
             for address, values in expected.items():
                 values = np.asarray(values, np.float16)
                 assert np.array_equal(bits(got[address:address + values.size]), bits(values)), (run, card, address)
             start[card] = got[0:48].copy()
-    assert sum(run is not None for _, run in device._groups.values()) == 10
+    assert sum(run is not None for _, run in device._groups.values()) == 11
 
 
 @pytest.mark.parametrize("faulty", [[0, 1], [1]])

@@ -19,7 +19,7 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
-from ringgpt.sim.functional.plans import group_plan, plan
+from ringgpt.sim.functional.plans import abuf_stack, group_plan, plan
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
@@ -410,10 +410,15 @@ def _allgather(cards: list) -> None:
         raise report("ALLGATHER slices overlap: each card's columns [k, k + n) must be disjoint")
     if cards[0].compute:
         blocks = [card.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() for card, r in zip(cards, pending)]
-        for card, r in zip(cards, pending):
-            space, dst = r.dst
+        stack = _gathered_rows(cards, pending, slices)
+        if stack is not None:  # one row, the same destination on every card: each block into every card's row at once
             for (n, k), block in zip(slices, blocks):
-                card.write("dst", (space, dst + k), r.rows, n, r.dst_stride, block)
+                stack[:, pending[0].dst[1] + k:][:, :n] = block
+        else:
+            for card, r in zip(cards, pending):
+                space, dst = r.dst
+                for (n, k), block in zip(slices, blocks):
+                    card.write("dst", (space, dst + k), r.rows, n, r.dst_stride, block)
     for card, r in zip(cards, pending):
         resolved = r._replace(slices=slices)
         if card.gathered.get(card.pc) == resolved:
@@ -423,6 +428,19 @@ def _allgather(cards: list) -> None:
         if not card.compute:
             card._check_ranges(resolved)
         card.complete(resolved)
+
+
+def _gathered_rows(cards: list, pending: list, slices: tuple):
+    """The cards' stacked ABUF (`plans.abuf_stack`) where an ALLGATHER's blocks may land in every card's row at once:
+    one row, the same ABUF destination on every card, every block within ABUF (else the cards write them one by one,
+    and report what does not fit); None otherwise."""
+    r = pending[0]
+    if r.rows != 1 or r.dst[0] is not Space.ABUF or any(other.dst != r.dst for other in pending):
+        return None
+    stack = abuf_stack(cards)
+    if stack is None or any(r.dst[1] + k + n > stack.shape[1] for n, k in slices):
+        return None
+    return stack
 
 
 def stacked_abuf(cfg: ArchConfig) -> np.ndarray:

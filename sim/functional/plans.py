@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringgpt.hw import native, numerics
+from ringgpt.hw.resolved import misaligned_weights
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 
 _STATIC = (Space.ABUF, Space.HOST)
@@ -33,18 +34,14 @@ def group_plan(cards: list, rs: tuple):
     operands, as it has the method's only checks (each block within ABUF, else None: the methods report it)."""
     r = rs[0]
     op = r.op
-    if op not in _VECTOR or r.rows != 1:
+    if (op not in _VECTOR and op is not Opcode.MASKED_QK) or r.rows != 1:
         return None
     for other in rs[1:]:
         if other != r._replace(card=other.card):
             return None
-    stack = cards[0]._mem[Space.ABUF].base
-    if stack is None or stack.shape != (len(cards), len(cards[0]._mem[Space.ABUF])):
+    stack = abuf_stack(cards)
+    if stack is None:
         return None
-    for index, each in enumerate(cards):
-        if each._mem[Space.ABUF].base is not stack or native.address(each._mem[Space.ABUF]) != (
-                native.address(stack) + index * stack.strides[0]):
-            return None
     if r.n == 0:
         return _nothing
 
@@ -57,6 +54,8 @@ def group_plan(cards: list, rs: tuple):
             return None
         return np.ndarray((len(cards), n), np.float16, stack, 2 * value, (stack.strides[0], 2))
 
+    if op is Opcode.MASKED_QK:
+        return _group_scores(cards, r, rows)
     n = r.n
     reduction = OPCODES[op].reduction
     a, out = rows(r.src1, n), rows(r.dst, 1 if reduction else n)
@@ -64,6 +63,46 @@ def group_plan(cards: list, rs: tuple):
         return None
     return _vector_run(r, a, out, lambda name, row_scalar: rows(getattr(r, name), 1 if row_scalar else n),
                        cards[0].cfg.vector_width)
+
+
+def abuf_stack(cards: list):
+    """The (cards, abuf_words) array whose row c is card c's ABUF (`machine.stacked_abuf`), or None."""
+    abuf = cards[0]._mem[Space.ABUF]
+    stack = abuf.base
+    if stack is None or stack.shape != (len(cards), len(abuf)):
+        return None
+    for index, card in enumerate(cards):
+        mine = card._mem[Space.ABUF]
+        if mine.base is not stack or native.address(mine) != native.address(stack) + index * stack.strides[0]:
+            return None
+    return stack
+
+
+def _group_scores(cards: list, r, rows):
+    """MASKED_QK of one row on every card: each card's scores from its own keys (one product a card, as its method
+    forms them), the mask, then one reduce_max over the cards' rows into their aux words; None where a card's method
+    would fault (it reports it): misaligned keys, or keys, scores or maximum outside their memory."""
+    n, k = r.n, r.k
+    x, out, top = rows(r.src1, k), rows(r.dst, n), rows(r.aux, 1)
+    if x is None or out is None or top is None or Space.IMM in (r.src1[0], r.dst[0], r.aux[0]):
+        return None
+    if misaligned_weights(r, cards[0].cfg.weight_align):
+        return None
+    space, base = r.src2
+    if space not in (Space.ABUF, Space.WBUF) or base + (n - 1) * r.src2_stride + k > min(
+            len(card._mem[space]) for card in cards):
+        return None
+    reads, src2, stride, width = [card.read for card in cards], r.src2, r.src2_stride, cards[0].cfg.mac_width
+    masked = np.arange(n)[None, :] > r.pos if n > r.pos + 1 else None
+
+    def run():
+        for index, read in enumerate(reads):
+            scores = numerics.matmul(x[index:index + 1], read("src2", src2, n, k, stride).T, width)
+            if masked is not None:
+                scores[masked] = _NEG_INF
+            out[index:index + 1] = scores
+        top[...] = numerics.reduce_max(out, axis=1)[:, None]
+    return run
 
 
 def _nothing() -> None:
