@@ -299,10 +299,16 @@ class Card:
         if rd:
             self.regs[rd] = control_result(r.op, self.regs, rs, rt, imm)
 
+    @staticmethod
+    def deferrable(r: Resolved) -> bool:
+        """Whether LOAD or STORE `r` is a contiguous, non-empty copy from HBM into WBUF, which `_defer` remembers
+        instead of carrying out."""
+        return bool(r.dst[0] is Space.WBUF and r.src1[0] is Space.HBM and not r.flags.transpose and r.rows and r.n
+                    and (r.rows == 1 or r.src1_stride == r.n == r.dst_stride))
+
     def _copy(self, r: Resolved) -> None:
         self._check_alignment(r)
-        if (r.dst[0] is Space.WBUF and r.src1[0] is Space.HBM and not r.flags.transpose and r.rows and r.n
-                and (r.rows == 1 or r.src1_stride == r.n == r.dst_stride)):
+        if self.deferrable(r):
             self._defer(r)
             return
         src = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)

@@ -232,9 +232,12 @@ def _matrix(card, r):
 
 
 def _copy(card, r):
-    """LOAD and STORE between ABUF and the host buffer (not a deferred LOAD from HBM: no view of HBM or WBUF)."""
+    """LOAD and STORE between ABUF and the host buffer, and a deferred LOAD from HBM into WBUF (the card remembers it
+    again, its checks passed: `Card._defer`); None for others (no view of HBM or WBUF)."""
     if r.rows == 0 or r.n == 0:
         return _nothing
+    if card.deferrable(r):
+        return lambda: card._defer(r)
     transpose = bool(r.flags.transpose)
     src = _view(card, "src1", r.src1, r.rows, r.n, r.src1_stride)
     out = _target(card, r.dst, *((r.n, r.rows) if transpose else (r.rows, r.n)), r.dst_stride)
