@@ -16,10 +16,10 @@ import numpy as np
 from ringgpt.host.device import AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, control_result
+from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, Unit, control_result
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
-from ringgpt.sim.functional.plans import abuf_stack, group_plan, plan
+from ringgpt.sim.functional.plans import abuf_stack, future_columns, group_plan, plan
 
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
 _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
@@ -349,8 +349,8 @@ class Card:
             return
         self._check_alignment(r)
         scores = self._products(r)
-        if r.n > r.pos + 1:  # some column lies beyond its row's position (none in a decode step: n = pos + 1)
-            masked = np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
+        masked = future_columns(r)
+        if masked is not None:
             scores[masked] = _NEG_INF
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, scores)
         self.write("aux", r.aux, r.rows, 1, r.aux_stride, numerics.reduce_max(scores, axis=1)[:, None])
@@ -401,8 +401,8 @@ def _nothing(r: Resolved) -> None:
     """NOP, and BARRIER (program order already completes everything before it)."""
 
 
-def _allgather(cards: list) -> None:
-    """Completes the ALLGATHER every card is waiting in."""
+def _allgather(cards: list, stack: np.ndarray | None) -> None:
+    """Completes the ALLGATHER every card is waiting in (`stack`: the cards' stacked ABUF, or None)."""
     pending = [card.pending for card in cards]
 
     def report(problem: str):
@@ -416,8 +416,7 @@ def _allgather(cards: list) -> None:
         raise report("ALLGATHER slices overlap: each card's columns [k, k + n) must be disjoint")
     if cards[0].compute:
         blocks = [card.read("src1", r.src1, r.rows, r.n, r.src1_stride).copy() for card, r in zip(cards, pending)]
-        stack = _gathered_rows(cards, pending, slices)
-        if stack is not None:  # one row, the same destination on every card: each block into every card's row at once
+        if _lands_in_rows(stack, pending, slices):  # each block into every card's row at once
             for (n, k), block in zip(slices, blocks):
                 stack[:, pending[0].dst[1] + k:][:, :n] = block
         else:
@@ -436,17 +435,14 @@ def _allgather(cards: list) -> None:
         card.complete(resolved)
 
 
-def _gathered_rows(cards: list, pending: list, slices: tuple):
-    """The cards' stacked ABUF (`plans.abuf_stack`) where an ALLGATHER's blocks may land in every card's row at once:
-    one row, the same ABUF destination on every card, every block within ABUF (else the cards write them one by one,
-    and report what does not fit); None otherwise."""
+def _lands_in_rows(stack: np.ndarray | None, pending: list, slices: tuple) -> bool:
+    """Whether an ALLGATHER's blocks may land in every card's row of the cards' stacked ABUF (`plans.abuf_stack`; None:
+    not stacked) at once: one row, the same ABUF destination on every card, every block within ABUF (else the cards
+    write them one by one, and report what does not fit)."""
     r = pending[0]
-    if r.rows != 1 or r.dst[0] is not Space.ABUF or any(other.dst != r.dst for other in pending):
-        return None
-    stack = abuf_stack(cards)
-    if stack is None or any(r.dst[1] + k + n > stack.shape[1] for n, k in slices):
-        return None
-    return stack
+    return (stack is not None and r.rows == 1 and r.dst[0] is Space.ABUF
+            and all(other.dst == r.dst for other in pending)
+            and all(r.dst[1] + k + n <= stack.shape[1] for n, k in slices))
 
 
 def stacked_abuf(cfg: ArchConfig) -> np.ndarray:
@@ -455,15 +451,15 @@ def stacked_abuf(cfg: ArchConfig) -> np.ndarray:
     return np.zeros((cfg.cards, cfg.abuf_words), np.float16)
 
 
-_SYNCHRONISING = frozenset((Opcode.HALT, Opcode.ALLGATHER, Opcode.SEND, Opcode.RECV))
+_SYNCHRONISING = frozenset(op for op, spec in OPCODES.items() if spec.unit is Unit.ROUTER) | {Opcode.HALT}
 
 
-def _lockstep(cards: list, groups: dict, max_steps: int) -> None:
+def _lockstep(cards: list, stack: np.ndarray, groups: dict, max_steps: int) -> None:
     """Executes the cards' instructions one pc at a time, every card at once, while every card runs at the same pc
     an instruction that is neither HALT nor a router instruction: once for all cards through a group plan
-    (plans.group_plan: the vector instructions the cards share, over the stacked ABUF) where there is one, else card
-    by card in card order. `groups` keeps pc -> (the cards' Resolved, group plan or None) across runs. Each card's
-    results and trace are those of executing alone: the cards share no state between their router instructions."""
+    (plans.group_plan: the instructions the cards share, over their stacked ABUF `stack`) where there is one, else
+    card by card in card order. `groups` keeps pc -> (the cards' Resolved, group plan or None) across runs. Each
+    card's results and trace are those of executing alone: the cards share no state between router instructions."""
     first = cards[0]
     while first.state is State.RUNNING:
         pc = first.pc
@@ -476,7 +472,7 @@ def _lockstep(cards: list, groups: dict, max_steps: int) -> None:
                 return
         entry = groups.get(pc)
         if entry is None or entry[0] != rs:
-            entry = groups[pc] = (rs, group_plan(cards, rs))
+            entry = groups[pc] = (rs, group_plan(cards, stack, rs))
         run = entry[1]
         if run is not None:
             run()
@@ -494,10 +490,12 @@ def run_ring(cards: list, max_steps: int, groups: dict | None = None) -> None:
     cards that no watch observes execute in lockstep where they can (`_lockstep`): the same results and traces; where
     several cards fault, the fault reported is the first in lockstep order (card order at each pc)."""
     links = {card.index: deque() for card in cards}
-    lockstep = groups is not None and len(cards) > 1 and all(card.compute and card.watch is None for card in cards)
+    stack = abuf_stack(cards) if cards[0].compute else None
+    lockstep = (groups is not None and stack is not None and len(cards) > 1
+                and all(card.compute and card.watch is None for card in cards))
     while True:
         if lockstep:
-            _lockstep(cards, groups, max_steps)
+            _lockstep(cards, stack, groups, max_steps)
         progressed = False
         for card in cards:
             if card.state is State.RUNNING or (card.state is State.WAIT_RECV
@@ -507,7 +505,7 @@ def run_ring(cards: list, max_steps: int, groups: dict | None = None) -> None:
         if all(card.state is State.HALTED for card in cards):
             break
         if all(card.state is State.WAIT_GATHER for card in cards):
-            _allgather(cards)
+            _allgather(cards, stack)
         elif not progressed:
             raise RingDeadlockError("ring deadlock: no card can make progress", [
                 (c.index, c.pc, c.text(), _blocked_reason(c, len(cards))) for c in cards])

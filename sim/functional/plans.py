@@ -24,14 +24,15 @@ _NEG_INF = numerics.fp16_from_bits(np.uint16(numerics.FP16_NEG_INF))
 _VECTOR = frozenset(op for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR)
 
 
-def group_plan(cards: list, rs: tuple):
+def group_plan(cards: list, stack: np.ndarray, rs: tuple):
     """A zero-argument callable that executes rs[c] on every card c at once, or None (the cards then execute it one
-    by one). The instruction at one pc of every card, the same but for the card's number: a vector instruction of one
-    row whose operands lie in ABUF (an immediate aside) and within it, on cards whose ABUFs are the rows of one
-    `machine.stacked_abuf` array. Its operands are then (cards, n) views of that array, one row a card, and one call
-    of the numerics function computes every card's row: the vector unit's operations act on each row alone, so each
-    card's words are its own execution's, bit for bit. It is made at the instruction's first execution with these
-    operands, as it has the method's only checks (each block within ABUF, else None: the methods report it)."""
+    by one). The instruction at one pc of every card, the same but for the card's number, of one row, its operands
+    in ABUF (an immediate aside) and within it, the cards' ABUFs the rows of `stack` (`abuf_stack`): a vector
+    instruction's operands are then (cards, n) views of `stack`, one row a card, and one call of the numerics function
+    computes every card's row (the vector unit's operations act on each row alone, so each card's words are its own
+    execution's, bit for bit); a MASKED_QK, `_group_scores`. It is made at the instruction's first execution with
+    these operands, as it has the method's only checks (each block within its memory, else None: the methods report
+    it)."""
     r = rs[0]
     op = r.op
     if (op not in _VECTOR and op is not Opcode.MASKED_QK) or r.rows != 1:
@@ -39,9 +40,6 @@ def group_plan(cards: list, rs: tuple):
     for other in rs[1:]:
         if other != r._replace(card=other.card):
             return None
-    stack = abuf_stack(cards)
-    if stack is None:
-        return None
     if r.n == 0:
         return _nothing
 
@@ -63,6 +61,14 @@ def group_plan(cards: list, rs: tuple):
         return None
     return _vector_run(r, a, out, lambda name, row_scalar: rows(getattr(r, name), 1 if row_scalar else n),
                        cards[0].cfg.vector_width)
+
+
+def future_columns(r):
+    """MASKED_QK's mask: the (rows, n) positions j > pos + row of `r`'s scores, set to -Inf; None where there are
+    none (a decode step: n = pos + 1)."""
+    if r.n <= r.pos + 1:
+        return None
+    return np.arange(r.n)[None, :] > r.pos + np.arange(r.rows)[:, None]
 
 
 def abuf_stack(cards: list):
@@ -93,7 +99,7 @@ def _group_scores(cards: list, r, rows):
             len(card._mem[space]) for card in cards):
         return None
     reads, src2, stride, width = [card.read for card in cards], r.src2, r.src2_stride, cards[0].cfg.mac_width
-    masked = np.arange(n)[None, :] > r.pos if n > r.pos + 1 else None
+    masked = future_columns(r)
 
     def run():
         for index, read in enumerate(reads):
@@ -218,9 +224,7 @@ def _matrix(card, r):
     top = _target(card, r.aux, rows, 1, r.aux_stride)
     if top is None:
         return None
-    masked = None
-    if n > r.pos + 1:
-        masked = np.arange(n)[None, :] > r.pos + np.arange(rows)[:, None]
+    masked = future_columns(r)
 
     def run():
         scores = numerics.matmul(x, read("src2", src2, n, k, src2_stride).T, width)
