@@ -17,6 +17,7 @@ from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_OK, EXIT_STATUS_HE
                                       check_report_target, config_options, debug_option, exit_status_help,
                                       model_option, reject_unused)
 from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.hw.numerics import WEIGHT_FORMATS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,6 +46,8 @@ class Request:
     check_reference: bool = True
     simulator: str = "verilator"
     """The RTL simulator of the rtl backend."""
+    weights: str = "fp16"
+    """The appliance's matrix weights: fp16, or int8 (W8A16)."""
 
 
 @dataclass
@@ -90,13 +93,16 @@ def appliance_backend(backend: str) -> Backend:
         options = {"simulator": request.simulator} if backend == "rtl" else None
         report = run_generation(request.prompt, model=request.model, config=request.config, cards=request.cards,
                                 sampling=request.sampling, on_token=on_token, check_reference=request.check_reference,
-                                backend=backend, device_options=options)
+                                backend=backend, device_options=options, weights=request.weights)
         result = report.result
         lines = [f"{len(result.generated_ids)} tokens on {report.config}; "
                  f"{'boards' if backend == 'alveo' else 'simulation'} {result.wall_s:.1f} s "
                  f"({result.tokens_per_s:.2f} tokens/s); image {'cached' if report.image_cached else 'compiled'} "
                  f"in {report.compile_s:.1f} s",
                  *(modeled_lines(report) if backend == "sim" else rtl_lines(report, counted_by=backend))]
+        if report.float_rel_rms is not None:
+            lines.append(f"INT8 weights: logits relative RMS error {report.float_rel_rms:.1e} against the FP32 model "
+                         "itself, unquantised (for the record; the verdict below is against the same model quantised)")
         return verdict_summary(request, report, lines)
     return run
 
@@ -170,7 +176,7 @@ def _status_console() -> Console:
 
 
 def _preflight(prompt: str, model: str, sampling: SamplingConfig, steps: tuple[str, int, int], *,
-               max_context: int | None, arch=None, max_rows: int | None = None):
+               max_context: int | None, arch=None, max_rows: int | None = None, weights: str = "fp16"):
     """Everything that can be checked before a weight is read: the model's config, the prompt (UTF-8, not empty,
     in the vocabulary, fitting the context with the new tokens: `steps` is (the option, its value, its least value))
     and, for the appliance, the compiler's plan. Returns (tokenizer, prompt ids, the model's fields, the context)."""
@@ -191,7 +197,7 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, steps: tuple[s
                     hint=hint)
     if arch is not None:
         from ringgpt.host.compiler.dims import preflight
-        preflight(fields, arch, context, max_rows=max_rows)
+        preflight(fields, arch, context, max_rows=max_rows, int8=weights == "int8")
     return tokenizer, prompt_ids, fields, context
 
 
@@ -221,6 +227,9 @@ def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, co
 @click.option("--check-reference/--no-check-reference", default=True, show_default=True,
               help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim, rtl and alveo "
                    "backends)")
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True,
+              help="the appliance's matrix weights: int8 = INT8 with an FP16 scale per output column (W8A16; sim "
+                   "backend), checked against the same model quantised in PyTorch")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default)")
 @click.option("--sample", is_flag=True, help="sampling with --temperature/--top-k/--top-p")
@@ -235,8 +244,9 @@ def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, co
 @debug_option
 @click.pass_context
 def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
-                     simulator: str, check_reference: bool, max_new_tokens: int, greedy: bool, sample: bool,
-                     temperature: float, top_k: int, top_p: float, seed: int, dtype: str, device: str) -> None:
+                     simulator: str, check_reference: bool, weights: str, max_new_tokens: int, greedy: bool,
+                     sample: bool, temperature: float, top_k: int, top_p: float, seed: int, dtype: str,
+                     device: str) -> None:
     """Generate text after PROMPT, streaming tokens to stdout as they are chosen.
 
     The sim backend then checks the tokens and logits against the PyTorch FP32 reference and prints one
@@ -252,13 +262,16 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
                       "--backend reference")
         if backend != "rtl":
             reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
+        if weights == "int8" and backend != "sim":
+            raise click.UsageError("--weights int8 runs on the sim backend only: the cores' RTL does not execute INT8 "
+                                   "weights yet (their MATMULs end with error RESERVED); use --backend sim", ctx)
         arch = arch_config(config_name, cards)
         config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
         if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
             from ringgpt.host.alveo import check_boards
             check_boards(arch)
     else:
-        reject_unused(ctx, ("config_name", "cards", "check_reference", "simulator"), "with --backend reference",
+        reject_unused(ctx, ("config_name", "cards", "check_reference", "simulator", "weights"), "with --backend reference",
                       "the sim, rtl or alveo backend (the appliance)")
         arch = None
         if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
@@ -267,10 +280,10 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
                               max_new_tokens=max_new_tokens)
     sampling.validate()
     tokenizer, prompt_ids, _, _ = _preflight(prompt, model, sampling, ("--max-new-tokens", max_new_tokens, 1),
-                                             max_context=None, arch=arch)
+                                             max_context=None, arch=arch, weights=weights)
     request = Request(prompt=prompt, prompt_ids=prompt_ids, sampling=sampling, model=model, dtype=dtype,
                       device=device, config=config_name, cards=cards or 4, check_reference=check_reference,
-                      simulator=simulator)
+                      simulator=simulator, weights=weights)
     from rich.text import Text
 
     from ringgpt.host.tokenizer import TextStream

@@ -115,7 +115,8 @@ class FlagsLayout(data.Struct):
     transpose: unsigned(1)
     src2_row_scalar: unsigned(1)
     aux_row_scalar: unsigned(1)
-    reserved: unsigned(4)
+    int8: unsigned(1)
+    reserved: unsigned(3)
 
 
 STRIDE_BITS = 20
@@ -149,7 +150,7 @@ OPERANDS = ("dst", "src1", "src2", "aux")
 DIMS = ("rows", "n", "k", "pos")
 STRIDES = ("dst_stride", "src1_stride", "src2_stride", "aux_stride")
 CONTROL_FIELDS = ("rd", "rs", "rt", "imm")
-FLAG_NAMES = ("gelu", "transpose", "src2_row_scalar", "aux_row_scalar")
+FLAG_NAMES = ("gelu", "transpose", "src2_row_scalar", "aux_row_scalar", "int8")
 
 
 def _tuple_type(name: str, layout) -> type:
@@ -213,6 +214,10 @@ class OpSpec:
     strides: tuple = ()
     control: tuple = ()
     flags: tuple = ()
+    flag_fields: dict = dataclasses.field(default_factory=dict)
+    """flag -> the dims and strides the opcode reads only with that flag (zero without it)"""
+    flag_operands: dict = dataclasses.field(default_factory=dict)
+    """flag -> {operand: the spaces it may name when the flag is set}"""
     reduction: str | None = None
     """"sum" or "max" when the opcode reduces each row to one word (VSUM, VDOT; VMAX), else None."""
     special: str | None = None
@@ -274,17 +279,24 @@ OPCODES: dict[Opcode, OpSpec] = {
                           "DMA unit refuses the word (MISALIGNED)",
                           {"dst": (Space.ABUF,), "src1": (Space.HBM,), "src2": (Space.HOST, Space.ABUF)},
                           ("rows", "n"), ("dst_stride", "src1_stride")),
-    Opcode.MATMUL: OpSpec(Unit.MATRIX, "matrix product with optional bias and fused GELU",
+    Opcode.MATMUL: OpSpec(Unit.MATRIX, "matrix product with optional bias and fused GELU, FP16 or INT8 weights",
                           "for r < rows, j < n: acc = dot(src1[src1 + r*src1_stride + 0:k], "
                           "src2[src2 + j*src2_stride + 0:k]) (+ aux[aux + j] in FP32 when aux is set); "
                           "dst[dst + r*dst_stride + j] = fp16(acc), then GELU when the gelu flag is set "
                           "(numerics.matmul: exact products, mac_width-wide block-aligned tile sums, tile accumulation). "
                           "The weight operand is column-major: column j is k contiguous words. src2 and src2_stride are "
                           "multiples of weight_align (mac_width) words, else the unit refuses the word (MISALIGNED). "
-                          "The weights and the bias are in WBUF",
+                          "With the int8 flag the weights are INT8, two a word (the low byte first): column j is k "
+                          "bytes from word src2 + j*src2_stride (weight_words), summed in tiles of 2 x mac_width "
+                          "(numerics.int8_tile_sums: one buffer row of weights a lane and beat), src1 and src1_stride "
+                          "multiples of weight_align too (MISALIGNED), and acc is multiplied in FP32 by the column's "
+                          "FP16 scale aux[aux + aux_stride + j] before the bias (numerics.quantize_int8). "
+                          "The weights, the bias and the scales are in WBUF",
                           {"dst": (Space.ABUF,), "src1": (Space.ABUF,), "src2": (Space.WBUF,),
                            "aux": (Space.NONE, Space.WBUF)},
-                          ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride"), flags=("gelu",)),
+                          ("rows", "n", "k"), ("dst_stride", "src1_stride", "src2_stride", "aux_stride"),
+                          flags=("gelu", "int8"), flag_fields={"int8": ("aux_stride",)},
+                          flag_operands={"int8": {"aux": (Space.WBUF,)}}),
     Opcode.MASKED_QK: OpSpec(Unit.MATRIX, "attention scores with causal mask, and each row's maximum",
                              "for r < rows, j < n: dst[dst + r*dst_stride + j] = -Inf if j > pos + r else "
                              "fp16(dot(src1[src1 + r*src1_stride + 0:k], src2[src2 + j*src2_stride + 0:k])); "
@@ -340,6 +352,11 @@ OPCODES: dict[Opcode, OpSpec] = {
 assert set(OPCODES) == set(Opcode), "every opcode needs a specification"
 
 
+def weight_words(k: int, int8: bool) -> int:
+    """Words of a MATMUL weight column of k weights: k FP16 words, or k INT8 bytes two a word."""
+    return -(-k // 2) if int8 else k
+
+
 def opcodes_of(unit: Unit) -> tuple:
     """The opcodes `unit` executes, in Opcode order."""
     return tuple(op for op, spec in OPCODES.items() if spec.unit is unit)
@@ -391,6 +408,15 @@ def validate(inst: Instruction, word: str | None = None) -> None:
     for name in FLAG_NAMES:
         if getattr(inst.flags, name) and name not in spec.flags:
             _fail(where, f"flags.{name}", f"{inst.opcode.name} does not take this flag")
+    for flag, fields in spec.flag_fields.items():
+        for name in fields:
+            if not getattr(inst.flags, flag) and getattr(inst, name) not in (0, Dim()):
+                _fail(where, name, f"{inst.opcode.name} reads this field only with the {flag} flag; it must be zero")
+    for flag, operands in spec.flag_operands.items():
+        for name, allowed in operands.items():
+            if getattr(inst.flags, flag) and getattr(inst, name).space not in allowed:
+                _fail(where, f"{name}.space", f"{inst.opcode.name} +{flag} takes "
+                                              f"{'/'.join(s.name for s in allowed)} here, not {getattr(inst, name).space.name}")
     if inst.flags.reserved:
         _fail(where, "flags.reserved", "reserved bits must be zero")
     if inst.reserved:

@@ -523,6 +523,51 @@ int tree_matmul(const uint16_t *x, long x_stride, long m, const uint16_t *w, lon
     return 0;
 }
 """
+INT8_SOURCE = r"""
+/* The INT8 tile's exact sums (numerics.int8_tile_sums, steps 1-3 before the rounding): for row i of x (m rows of k
+   FP16 words, x_stride apart) and tile t (tile weights from t * tile), emax[i * tiles + t] = the largest exponent
+   field of the tile's nonzero activations (subnormals 1; 1 for none), or -1 when one is Inf or NaN (the caller
+   takes the definition there); each activation as the integer sig << INT8_GUARD >> (emax - exp), signed; and
+   s[(i * n + j) * tiles + t] = its sum of products with column j's INT8 weights (k bytes at q + j * q_stride).
+   Exact: at most 24-bit activations times 7-bit weights, 128 a tile at u280, in 64 bits. Returns 0, or -1 when
+   out of memory. */
+int int8_sums(const uint16_t *x, long x_stride, long m, const int8_t *q, long q_stride, long n, long k, long tile,
+              int64_t *s, int32_t *emax_out) {
+    long tiles = k > 0 ? (k + tile - 1) / tile : 1;
+    int32_t *xi = (int32_t *)malloc(sizeof(int32_t) * (tile > 0 ? tile : 1));
+    if (!xi) return -1;
+    for (long i = 0; i < m; i++) {
+        const uint16_t *row = x + i * x_stride;
+        for (long t = 0; t < tiles; t++) {
+            long k0 = t * tile, len = k - k0 < tile ? k - k0 : tile;
+            int32_t emax = 1, special = 0;
+            for (long kk = 0; kk < len; kk++) {
+                uint16_t h = row[k0 + kk];
+                int32_t e = (h >> 10) & 0x1f;
+                if (e == 0x1f) special = 1;
+                else if ((h & 0x7fff) && (e > emax)) emax = e;
+            }
+            emax_out[i * tiles + t] = special ? -1 : emax;
+            for (long kk = 0; kk < len; kk++) {
+                uint16_t h = row[k0 + kk];
+                int32_t e = (h >> 10) & 0x1f, man = h & 0x3ff;
+                int32_t sig = e == 0 ? man : (e == 0x1f ? 0 : (man | 0x400));
+                int32_t shift = emax - (e == 0 ? 1 : e);
+                int32_t v = shift >= 31 ? 0 : ((sig << INT8_GUARD) >> shift);
+                xi[kk] = (h & 0x8000) ? -v : v;
+            }
+            for (long j = 0; j < n; j++) {
+                const int8_t *col = q + j * q_stride + k0;
+                int64_t acc = 0;
+                for (long kk = 0; kk < len; kk++) acc += (int64_t)xi[kk] * col[kk];
+                s[(i * n + j) * tiles + t] = acc;
+            }
+        }
+    }
+    free(xi);
+    return 0;
+}
+"""
 FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-fno-unsafe-math-optimizations"]
 MAX_WIDTH = 1024
 
@@ -535,7 +580,8 @@ _rounds = False
 def _source() -> str:
     """SOURCE with the MAC tree's constants from numerics.py."""
     from ringgpt.hw import numerics
-    return f"#define GUARD {numerics.TREE_GUARD_BITS}\n#define SCALE {numerics.PRODUCT_SCALE}\n" + SOURCE
+    return (f"#define GUARD {numerics.TREE_GUARD_BITS}\n#define SCALE {numerics.PRODUCT_SCALE}\n"
+            f"#define INT8_GUARD {numerics.INT8_GUARD_BITS}\n" + SOURCE + INT8_SOURCE)
 
 
 def _cache_dir() -> Path:
@@ -632,6 +678,10 @@ def library():
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                        ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        fn = lib.int8_sums
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                       ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
         fn = lib.set_threads
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_int]
@@ -653,6 +703,27 @@ def matmul_acc(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarray | None
     if library() is None or width > MAX_WIDTH:
         return None
     return _tree_matmul(rows, w, width, None, False)
+
+
+def int8_sums(rows: np.ndarray, q: np.ndarray, tile: int) -> tuple | None:
+    """(s, emax) of numerics.int8_matmul_acc's tiles with the compiled kernel: s (M, N, tiles) int64, the exact sums
+    of the tiles' aligned activations times the weights, and emax (M, tiles), each tile's largest exponent field (-1
+    where an activation is Inf or NaN); None when the kernel is not available. rows (M, K) FP16, q (K, N) INT8."""
+    if library() is None:
+        return None
+    m, k = rows.shape
+    n = q.shape[1]
+    tiles = max(1, -(-k // tile))
+    rows, x_stride = _word_rows(rows, k)
+    cols = q.T
+    if cols.strides[1] != 1 or cols.strides[0] < 0:
+        cols = np.ascontiguousarray(cols)
+    s = np.empty((m, n, tiles), np.int64)
+    emax = np.empty((m, tiles), np.int32)
+    if m and n and _lib.int8_sums(address(rows), x_stride, m, address(cols), cols.strides[0] if n > 1 else k, n, k,
+                                  tile, address(s), address(emax)):
+        raise MemoryError(f"the compiled INT8 kernel could not allocate its scratch for a {tile}-weight tile")
+    return s, emax
 
 
 def rounds_fp16() -> bool:

@@ -24,6 +24,11 @@ Rules
       the canonical NaN, else an Inf product gives Inf; a zero sum is -0 only if every product
       is -0. Inputs are zero-padded (+0) to a multiple of `width`; tile sums are accumulated
       sequentially in FP32, starting from the first tile's sum (`add_in_order`).
+    * 8-bit weights (W8A16, `quantize_int8`): INT8 with one FP16 scale per output column. A tile is a buffer
+      row of weights, 2 x mac_width (`int8_tile_sums`): its activations are aligned once to the largest
+      (INT8_GUARD_BITS kept below its last bit, truncated toward zero), multiplied by the integer weights and
+      summed exactly as integers, rounded to FP32 once; tile sums accumulate in FP32 as above, and the column's
+      sum is multiplied by its scale (FP32, RNE) before the bias is added (`matmul`).
     * Vector operations take FP16 operands, compute in FP32 and round once to FP16 (for add, sub
       and mul this equals correctly rounded FP16 arithmetic, since 24 >= 2 * 11 + 2).
     * Max uses the total order -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN of the FP16 bit
@@ -279,28 +284,171 @@ def _matmul_acc_blocks(rows: np.ndarray, w: np.ndarray, width: int) -> np.ndarra
     return out
 
 
-def matmul(x, w, width: int, bias=None, gelu: bool = False) -> np.ndarray:
+def matmul(x, w, width: int, bias=None, gelu: bool = False, scale=None) -> np.ndarray:
     """Matrix-unit result for rows x (M, K) or one vector x (K,) against w (K, N):
     per output element dot_tiles of the row and the column (the MAC tree of `width` per tile,
-    tile sums added in order), then + bias in FP32,
-    rounded to FP16, then GELU by lookup table when `gelu`."""
+    tile sums added in order), then + bias in FP32, rounded to FP16, then GELU by lookup table when `gelu`.
+    8-bit weights (w INT8, `scale` its N FP16 column scales): int8_matmul_acc's tiles of 2 x `width` weights
+    instead, and the FP32 sum times the column's scale (`mul_fp32`) before the bias."""
     x = np.asarray(x, np.float16)
-    w = np.asarray(w, np.float16)
+    int8 = np.asarray(w).dtype == np.int8
+    if (scale is None) == int8:
+        raise ValueError("matmul takes a scale exactly when its weights are INT8")
+    w = np.asarray(w, np.int8 if int8 else np.float16)
     rows = np.atleast_2d(x)
     if rows.ndim != 2 or w.ndim != 2 or rows.shape[1] != w.shape[0]:
         raise ValueError(f"matmul shapes do not fit: x {x.shape}, w {w.shape} (want (M, K) or (K,) and (K, N))")
     if width < 1 or width & (width - 1):
         raise ValueError(f"adder tree width must be a power of two, got {width}")
     from ringgpt.hw import native
-    out = native.matmul_fp16(rows, w, width, bias)
+    out = None if int8 else native.matmul_fp16(rows, w, width, bias)
     if out is None:
-        acc = _matmul_acc(rows, w, width)
-        if bias is not None:
-            acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
-        out = to_fp16(acc)
+        if int8:
+            acc = mul_fp32(int8_matmul_acc(rows, w, width), np.asarray(scale, np.float16).astype(np.float32))
+        else:
+            acc = _matmul_acc(rows, w, width)
+        if bias is not None and native.rounds_fp16():
+            out = native.round_fp16(acc, bias)
+        else:
+            if bias is not None:
+                acc = add_fp32(acc, np.asarray(bias, np.float16).astype(np.float32))
+            out = to_fp16(acc)
     if gelu:
         out = special("gelu", out)
     return out if x.ndim == 2 else out[0]
+
+
+# --- 8-bit weights (W8A16) -------------------------------------------------------------------
+
+WEIGHT_FORMATS = ("fp16", "int8")
+"""The matrix weights' formats: FP16, or INT8 with FP16 column scales (W8A16, `quantize_int8`)."""
+INT8_LIMIT = 127
+"""Largest magnitude of a quantised weight: symmetric, so -128 is never used."""
+
+
+def quantize_int8(w) -> tuple[np.ndarray, np.ndarray]:
+    """W8A16 weights (q, scale) of w (K, N): one FP16 scale per output column, the column's largest magnitude
+    / 127 rounded to FP16 (at least the smallest FP16 subnormal; 1 for an all-zero column), and each weight
+    round(w / scale) to nearest even, clipped to +-127. A column's scale enters after its k-sum (`matmul`), so
+    the MAC tree multiplies FP16 activations by small integers and nothing else changes inside it."""
+    w = np.asarray(w, np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"quantize_int8 takes a (K, N) weight matrix, got shape {w.shape}")
+    peak = np.abs(w).max(axis=0) if w.shape[0] else np.zeros(w.shape[1], np.float32)
+    tiny = np.float32(np.finfo(np.float16).smallest_subnormal)
+    scale = np.where(peak > 0, np.maximum(peak / INT8_LIMIT, tiny), 1).astype(np.float16)
+    q = np.clip(np.rint(w / scale.astype(np.float32)), -INT8_LIMIT, INT8_LIMIT).astype(np.int8)
+    return q, scale
+
+
+INT8_TILE_ROWS = 2
+"""An INT8 tile is this many FP16 tiles' weights: a lane reads one buffer row of mac_width words a beat, 2 x mac_width
+INT8 weights, so an INT8 MATMUL takes half the beats (isa.weight_words)."""
+INT8_GUARD_BITS = 13
+"""Bits an INT8 tile keeps of each activation below the least significant bit of its largest (`int8_tile_sums`):
+the tile's activations, aligned once for every lane, are integers of at most 11 + 13 = 24 bits and sign (a DSP48E2's
+27-bit port), their products with 8-bit weights and a tile's sum of 128 of them at most 38 bits (its 48-bit
+accumulator; exact in float64 too)."""
+
+
+def _int8_grid(x: np.ndarray) -> np.ndarray:
+    """2**(emax - 25 - INT8_GUARD_BITS) per tile (x: (..., T) FP16): the grid its activations are truncated to, emax
+    the largest exponent field among the tile's nonzero finite activations (subnormals as 1; 1 for none)."""
+    sig, exp, _, _, _, _ = _fp16_operands(x)
+    emax = np.max(np.where(sig != 0, exp, 1), axis=-1, keepdims=True)
+    return np.ldexp(1.0, emax - FP16_BIAS - FP16_MAN_BITS - INT8_GUARD_BITS)
+
+
+def int8_tile_sums(x, q) -> np.ndarray:
+    """The matrix unit's INT8 tile, its definition: x FP16 and q INT8 (broadcast), one tile along the last axis.
+    Each activation is truncated toward zero to a multiple of the tile's grid (`_int8_grid`: INT8_GUARD_BITS below
+    the largest activation's least significant bit, the same for every lane), the exact products with q summed
+    exactly, rounded to FP32 once. NaN (a NaN activation, Inf x 0, or +Inf and -Inf products) is the canonical
+    NaN, else an Inf product gives Inf; a zero sum is -0 only if every product is -0 (q = 0 counts as +0)."""
+    x, q = np.broadcast_arrays(np.asarray(x, np.float16), np.asarray(q, np.int8))
+    grid = _int8_grid(x)
+    xf = x.astype(np.float64)
+    finite = np.isfinite(xf)
+    aligned = np.where(finite, np.trunc(np.where(finite, xf, 0) / grid) * grid, 0)
+    total = (aligned * q).sum(axis=-1)            # exact: at most 38 significant bits
+    value = total.astype(np.float32)
+    _, _, negx, nanx, infx, zx = _fp16_operands(x)
+    neg, zq = negx ^ (q < 0), q == 0
+    all_neg_zero = np.all((zx | zq) & neg, axis=-1)
+    value = np.where(total == 0, np.where(all_neg_zero, np.float32(-0.0), np.float32(0.0)), value)
+    pos_inf, neg_inf = np.any(infx & ~zq & ~neg, axis=-1), np.any(infx & ~zq & neg, axis=-1)
+    nan = np.any(nanx | (infx & zq), axis=-1) | (pos_inf & neg_inf)
+    value = np.where(pos_inf, np.float32(np.inf), np.where(neg_inf, np.float32(-np.inf), value))
+    return canonical_fp32(np.where(nan, np.float32(np.nan), value).astype(np.float32))
+
+
+def int8_matmul_acc(rows, q, width: int) -> np.ndarray:
+    """FP32 accumulators (M, N) of rows (M, K) FP16 against INT8 weights q (K, N): int8_tile_sums per tile of
+    INT8_TILE_ROWS x `width` weights (zero-padded), tile sums added in order. The tiles' exact sums come from the
+    compiled kernel (hw/native.py, int8_sums) or `_int8_sums`, are rounded to FP32 here; tiles with an infinite or
+    NaN activation, and zero sums (their sign), take int8_tile_sums itself."""
+    from ringgpt.hw import native
+    rows, q = np.asarray(rows, np.float16), np.asarray(q, np.int8)
+    (m, k), n = rows.shape, q.shape[1]
+    tile = INT8_TILE_ROWS * width
+    tiles = max(1, -(-k // tile))
+    found = native.int8_sums(rows, q, tile)
+    total, emax = found if found is not None else _int8_sums(rows, q, tile)
+    sums = np.ldexp(total.astype(np.float64), (emax - FP16_BIAS - FP16_MAN_BITS - INT8_GUARD_BITS)[:, None, :])
+    sums = sums.astype(np.float32)
+    fix = (emax < 0)[:, None, :] | (total == 0)
+    if fix.any():
+        x = np.zeros((m, tiles * tile), np.float16)
+        x[:, :k] = rows
+        w = np.zeros((tiles * tile, n), np.int8)
+        w[:k] = q
+        i, j, t = np.nonzero(fix)
+        sums[i, j, t] = int8_tile_sums(x.reshape(m, tiles, tile)[i, t], w.T.reshape(n, tiles, tile)[j, t])
+    acc = sums[..., 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(1, tiles):
+            acc = canonical_fp32(acc + sums[..., t])
+    return np.ascontiguousarray(acc)
+
+
+def _int8_sums(rows: np.ndarray, q: np.ndarray, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """native.int8_sums in numpy (its fallback): the exact sums (M, N, tiles) as int64, each tile's activations
+    truncated to its grid and multiplied by the weights in one float64 product (exact: every term a multiple of the
+    grid, the sums within 53 bits), and emax (M, tiles), -1 where an activation is Inf or NaN."""
+    (m, k), n = rows.shape, q.shape[1]
+    tiles = max(1, -(-k // tile))
+    total = np.empty((m, n, tiles), np.int64)
+    emax = np.empty((m, tiles), np.int32)
+    for t in range(tiles):
+        xt, wt = rows[:, t * tile:(t + 1) * tile], q[t * tile:(t + 1) * tile]
+        sig, exp, _, _, _, _ = _fp16_operands(xt)
+        top = np.max(np.where(sig != 0, exp, 1), axis=-1, keepdims=True) if xt.shape[1] else np.ones((m, 1), np.int64)
+        xf = xt.astype(np.float64)
+        finite = np.isfinite(xf)
+        aligned = np.trunc(np.ldexp(np.where(finite, xf, 0), FP16_BIAS + FP16_MAN_BITS + INT8_GUARD_BITS - top))
+        total[:, :, t] = (aligned @ wt.astype(np.float64)).astype(np.int64)
+        emax[:, t] = np.where(finite.all(axis=-1), top[:, 0], -1)
+    return total, emax
+
+
+def pack_int8(q) -> np.ndarray:
+    """INT8 weights (..., K) as the FP16 words that hold them, two a word, the low byte first (an odd K padded with
+    a zero byte): what HBM and WBUF hold (isa.weight_words)."""
+    q = np.asarray(q, np.int8)
+    if q.shape[-1] % 2:
+        q = np.concatenate([q, np.zeros(q.shape[:-1] + (1,), np.int8)], axis=-1)
+    return np.ascontiguousarray(q).view("<u2").astype(np.uint16).view(np.float16)
+
+
+def unpack_int8(words, k: int) -> np.ndarray:
+    """The first k INT8 weights held in FP16 words (..., ceil(k / 2)), two a word, the low byte first."""
+    words = np.asarray(words, np.float16)
+    return np.ascontiguousarray(words).view(np.uint16).astype("<u2").view(np.int8)[..., :k]
+
+
+def dequantize_int8(q, scale) -> np.ndarray:
+    """The FP32 weights (K, N) that INT8 weights q and their FP16 column scales stand for: q x scale."""
+    return np.asarray(q, np.float32) * np.asarray(scale, np.float16).astype(np.float32)
 
 
 # --- the vector unit ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import operator
 from typing import NamedTuple
 
 from ringgpt.hw.isa import (HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, OPCODES, REG_MASK, Flags, Instruction, Opcode,
-                            Space, Unit, control_result)
+                            Space, Unit, control_result, weight_words)
 
 NO_OPERAND = (Space.NONE, 0)
 ADDRESS_LIMIT = 1 << 32
@@ -103,10 +103,10 @@ def access_blocks(r: Resolved) -> tuple[tuple, tuple]:
         table = _block(r, "src1", 1, r.n)._replace(rows=int(r.rows > 0), unbounded=True)
         reads, writes = [table, _block(r, "src2", 1, r.rows, 0)], [_block(r, "dst", r.rows, r.n)]
     elif unit is Unit.MATRIX:
-        reads = [_block(r, "src1", r.rows, r.k), _block(r, "src2", r.n, r.k)]
+        reads = [_block(r, "src1", r.rows, r.k), _block(r, "src2", r.n, weight_words(r.k, r.flags.int8))]
         writes = [_block(r, "dst", r.rows, r.n)]
-        if op is Opcode.MATMUL:
-            reads.append(_block(r, "aux", 1, r.n, 0))
+        if op is Opcode.MATMUL:     # the bias row, and with INT8 weights their scales' row aux_stride after it
+            reads.append(_block(r, "aux", 2, r.n) if r.flags.int8 else _block(r, "aux", 1, r.n, 0))
         else:
             writes.append(_block(r, "aux", r.rows, 1))
     elif unit is Unit.VECTOR:
@@ -133,16 +133,19 @@ def access_ranges(r: Resolved) -> tuple[tuple, tuple]:
 
 
 def misaligned_weights(r: Resolved, align: int) -> str | None:
-    """Why a MATMUL's or MASKED_QK's weights break the matrix unit's alignment rule, or None: src2 and src2_stride
-    must be multiples of `align` words (ArchConfig.weight_align), in WBUF, so that each lane's weight tile
-    is one memory row (the RTL refuses the word with ErrorCode.MISALIGNED). An empty instruction (rows or n 0) is
-    exempt."""
+    """Why a MATMUL's or MASKED_QK's operands break the matrix unit's alignment rule, or None: src2 and src2_stride
+    must be multiples of `align` words (ArchConfig.weight_align), in WBUF, so that each lane's weight tile is one
+    memory row (the RTL refuses the word with ErrorCode.MISALIGNED); with INT8 weights src1 and src1_stride too, so
+    that a beat's activations (2 x mac_width words) are whole memory rows at u280. An empty instruction (rows or n
+    0) is exempt."""
     if r.op not in (Opcode.MATMUL, Opcode.MASKED_QK) or not (r.rows and r.n):
         return None
-    if r.src2[1] % align or r.src2_stride % align:
-        space = r.src2[0].name
-        return (f"its weights (src2) at {space} word {r.src2[1]} with column stride {r.src2_stride} are not on "
-                f"{align}-word boundaries (the matrix unit reads each lane's weight tile from one {space} row)")
+    operands = (("weights", "src2", r.src2, r.src2_stride, "column stride", "each lane's weight tile from one"),
+                ("activations", "src1", r.src1, r.src1_stride, "row stride", "each beat's activations from whole"))
+    for what, name, (space, address), stride, step, reads in operands[:2 if r.flags.int8 else 1]:
+        if address % align or stride % align:
+            return (f"its {what} ({name}) at {space.name} word {address} with {step} {stride} are not on "
+                    f"{align}-word boundaries (the matrix unit reads {reads} {space.name} row{'s' if what[0] == 'a' else ''})")
     return None
 
 

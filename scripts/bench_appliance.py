@@ -4,7 +4,8 @@
     python scripts/bench_appliance.py --out out/
     python scripts/bench_appliance.py --sim-tokens 0 --keep docs/bench/bench_appliance.json --out docs/bench
 
-For GPT-2 124M, 345M, 774M and 1.5B on 1, 2 and 4 cards (config u280; FP16 weights): decode ms/token at several
+For GPT-2 124M, 345M, 774M and 1.5B on 1, 2 and 4 cards (config u280; FP16 weights, and INT8 weights with FP16
+column scales, W8A16, modeled by the cycle model only: the RTL does not execute them yet): decode ms/token at several
 positions, time to first token for 32/64/128-token prompts, and the HBM bound (weight bytes / (cards x 460 GB/s))
 with the share of it reached, under every timing variant (the preset's 250 MHz, 200 MHz, the conservative set).
 Per decode run and card, where its cycles went (`occupancy`: HBM streaming, compute with HBM idle, waits on the
@@ -46,6 +47,7 @@ from ringgpt.host.runtime import Appliance  # noqa: E402
 from ringgpt.host.runtime import hostpath  # noqa: E402
 from ringgpt.hw.config import (CONSERVATIVE_CLOCK_MHZ, ArchConfig, clock_label, get_config,  # noqa: E402
                                timing_variants)
+from ringgpt.hw.numerics import WEIGHT_FORMATS  # noqa: E402
 from ringgpt.sim.cycle_model import instruction_class, instruction_cost, occupancy  # noqa: E402
 from ringgpt.sim.cycle_model.occupancy import COMPUTE_PARTS, TERMS  # noqa: E402
 from ringgpt.sim.functional import SimulatorDevice  # noqa: E402
@@ -55,9 +57,10 @@ CARD_COUNTS = (1, 2, 4)
 DFX = {("gpt2-355m", 1): {"decode_ms": 5.4, "ttft_ms": {32: 177, 64: 349, 128: 693}},
        ("gpt2-1.5b", 4): {"decode_ms": 6.9, "ttft_ms": {32: 227, 64: 447, 128: 887}}}
 """DFX's published figures (MICRO 2022, 200 MHz), for the two cases it reports."""
-CASES = [{"model": model, "label": f"GPT-2 {name}, {cards} card{'s' if cards > 1 else ''}", "cards": cards,
-          "weights": "fp16", "dfx": DFX.get((model, cards))}
-         for model, name in SIZES.items() for cards in CARD_COUNTS]
+CASES = [{"model": model, "label": f"GPT-2 {name}, {cards} card{'s' if cards > 1 else ''}"
+                                    + (", INT8" if weights == "int8" else ""),
+          "cards": cards, "weights": weights, "dfx": DFX.get((model, cards)) if weights == "fp16" else None}
+         for weights in WEIGHT_FORMATS for model, name in SIZES.items() for cards in CARD_COUNTS]
 """Every size on every card count (all fit the u280's HBM at max_context 1024: the compiler raises CapacityError
 where one would not); cases without a DFX figure have dfx None."""
 DECODE_POSITIONS = (32, 128, 512)
@@ -71,7 +74,27 @@ ACCURACY_NOTE = (
     "by tests/test_real_sizes.py (345M's width on 1 and 3 cards and 1.5B's on 1 and 2 by default; every width on "
     "1-4 cards with -m slow: tokens equal, logits within 1e-2, measured 1.1e-3 to 1.4e-3), and on demand by "
     "`ringgpt check --model synthetic:n_layer=2,n_embd=1024,n_head=16 --cards 1` (or n_embd=1600,n_head=25 "
-    "--cards 4)")
+    "--cards 4). INT8 weights: the same programs' functional simulation against the model quantised in PyTorch at "
+    "the four widths on 1-4 cards by tests/test_int8_weights.py (logits within 1e-2, measured 1.0e-3 to 1.1e-3); "
+    "their RTL is not written yet, so their figures are the cycle model's alone")
+
+
+MATRIX_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight", "wte.weight")
+"""The parameters the matrix unit streams as INT8 with INT8 weights (wte: the LM head's copy)."""
+
+
+def weight_bytes_of(model: GPT2LMHeadModel, weights: str) -> int:
+    """The bytes of the model's weights (the HBM bound's numerator): two a parameter with FP16 weights (wte counted
+    once, as the tied LM head); with INT8 weights one a matrix weight and two an output column's scale."""
+    if weights == "fp16":
+        return 2 * sum(p.numel() for p in model.parameters())
+    total = 0
+    for name, p in model.named_parameters():
+        if name.endswith(MATRIX_WEIGHTS):
+            total += p.numel() + 2 * (p.shape[0] if name.endswith("wte.weight") else p.shape[1])
+        else:
+            total += 2 * p.numel()
+    return total
 
 
 def architecture_only(size: str) -> GPT2LMHeadModel:
@@ -113,10 +136,11 @@ def modeled_case(case: dict, max_context: int, config: ArchConfig | None = None)
     variant (the preset's clock, 200 MHz, the conservative set); `config`: the u280 preset on the case's cards
     unless given."""
     model = architecture_only(case["model"])
-    weight_bytes = 2 * sum(p.numel() for p in model.parameters())
+    weights = case.get("weights", "fp16")
+    weight_bytes = weight_bytes_of(model, weights)
     config = config or get_config("u280", case["cards"])
     variants = timing_variants(config)
-    image = compile_model(model, config, max_context)
+    image = compile_model(model, config, max_context, weights=weights)
     device = SimulatorDevice(config, compute=False, timing={k: v for k, v in variants.items() if v != config})
     appliance = Appliance(device, image)
     bound_ms = weight_bytes / (case["cards"] * config.hbm_peak_gbps * 1e9) * 1e3
@@ -149,7 +173,7 @@ def modeled_case(case: dict, max_context: int, config: ArchConfig | None = None)
         ttft[length] = {**figures[HEADLINE], "variants": figures, "runs": len(runs)}
     dfx = case.get("dfx")
     return {"label": case["label"], "model": case["model"], "cards": case["cards"], "config": config.name,
-            "weights": case.get("weights", "fp16"), "weight_bytes": weight_bytes, "hbm_bound_ms": bound_ms,
+            "weights": weights, "weight_bytes": weight_bytes, "hbm_bound_ms": bound_ms,
             "max_rows": image.meta["max_rows"],
             "kv_group": image.meta["abuf"][0]["kv_group"], "host_logits": image.meta["host"]["logits"],
             "headline": HEADLINE, "decode": decode, "ttft": ttft,
@@ -261,8 +285,8 @@ def _low(value) -> float:
 
 def table(results: list, sim: dict | None) -> Table:
     labels = list(results[0]["decode"][DECODE_POSITIONS[0]]["variants"])
-    t = Table(title=f"ringgpt appliance (modeled, u280, FP16 weights; headline at {HEADLINE}) vs DFX (published, "
-                    "200 MHz)")
+    t = Table(title=f"ringgpt appliance (modeled, u280, FP16 weights and INT8 ones; headline at {HEADLINE}) vs DFX "
+                    "(published, 200 MHz)")
     for column in ("case", "metric", *labels, "DFX", f"DFX / ringgpt ({HEADLINE})", "HBM bound",
                    f"% of bound ({HEADLINE})"):
         t.add_column(column, justify="left" if column in ("case", "metric") else "right")
@@ -391,7 +415,8 @@ def plot(results: list, gpu: dict | None, path: Path, quoted: dict | None = None
     _gpu_lines(ax, results, x, lambda g: g["decode_ms"], gpu, quoted)
     ax.set_xticks(x, names, fontsize=8)
     ax.set_ylabel("ms per token (device + launch)")
-    ax.set_title(f"Decode latency, position {pos} (FP16 weights; GPU: one card, marked over its model's cases)")
+    ax.set_title(f"Decode latency, position {pos} (FP16 weights, then INT8; GPU: one card, marked over its model's "
+                 "cases)")
     ax.legend(fontsize=7, ncol=2)
     ax = axes[1]
     bottom = np.zeros(len(results))

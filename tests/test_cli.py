@@ -115,6 +115,19 @@ def test_sim_backend_is_the_default_and_matches_the_reference(image_cache):
     assert "image cached" in again.stderr and "PyTorch FP32 reference" not in again.stderr
 
 
+def test_sim_backend_with_int8_weights_is_checked_against_the_quantised_model(image_cache):
+    """--weights int8: the verdict against the same model quantised in PyTorch, the error against the unquantised
+    model for the record, and an image of its own in the cache (the FP16 one is not reused)."""
+    args = ["generate", "--model", TINY, "--max-new-tokens", "4", "--cards", "2", "--weights", "int8", "Hello world"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    assert "PyTorch FP32 reference, INT8 weights: PASS (tokens match, logits relative RMS error " in result.stderr
+    assert "INT8 weights: logits relative RMS error " in result.stderr and "against the FP32 model" in result.stderr
+    assert "image compiled" in result.stderr
+    fp16 = CliRunner().invoke(cli.main, [a for a in args if a not in ("--weights", "int8")])
+    assert fp16.exit_code == 0 and "image compiled" in fp16.stderr and "INT8" not in fp16.stderr
+
+
 @pytest.mark.parametrize("args, phrase", [
     (["--config", "v100"], "unknown architecture config 'v100'"),
     (["--cards", "5"], "5 is not in the range 1<=x<=4"),

@@ -491,7 +491,7 @@ def test_fuzz_manifest_through_the_cache_loader_raises_only_image_error(saved_fi
     for name, data in files.items():
         (folder / name).write_bytes(data)
     try:
-        image = _load_entry(folder, get_config("sim-small", 2), "w", 16)
+        image = _load_entry(folder, get_config("sim-small", 2), "w", 16, "fp16")
     except ImageError:
         return
     assert image.config.cards == len(image.cards) == 2

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 BITS = {  # (first bit, width) of every field, written out by hand from the format in docs/isa.md
     "opcode": (0, 6), "flags.gelu": (6, 1), "flags.transpose": (7, 1), "flags.src2_row_scalar": (8, 1),
-    "flags.aux_row_scalar": (9, 1), "flags.reserved": (10, 4),
+    "flags.aux_row_scalar": (9, 1), "flags.int8": (10, 1), "flags.reserved": (11, 3),
     "dst.space": (14, 3), "dst.reg": (17, 4), "dst.offset": (21, 32),
     "src1.space": (53, 3), "src1.reg": (56, 4), "src1.offset": (60, 32),
     "src2.space": (92, 3), "src2.reg": (95, 4), "src2.offset": (99, 32),
@@ -38,9 +38,13 @@ def instructions(draw, opcode=None):
     """A random legal instruction: only the fields its opcode uses are non-zero."""
     opcode = opcode or draw(st.sampled_from(list(Opcode)))
     spec = OPCODES[opcode]
+    flags = {f: draw(st.integers(0, 1)) for f in spec.flags}
+    narrowed = {name: spaces for flag, operands in spec.flag_operands.items() if flags[flag]
+                for name, spaces in operands.items()}
+    unread = {name for flag, names in spec.flag_fields.items() if not flags[flag] for name in names}
     fields = {}
     for name, spaces in spec.operands.items():
-        space = draw(st.sampled_from(spaces))
+        space = draw(st.sampled_from(narrowed.get(name, spaces)))
         if space == Space.NONE:
             continue
         if space == Space.IMM:
@@ -50,10 +54,10 @@ def instructions(draw, opcode=None):
     for name in spec.dims:
         fields[name] = Dim(draw(st.integers(0, 15)), draw(st.integers(0, 2 ** isa.DIM_IMM_BITS - 1)))
     for name in spec.strides:
-        fields[name] = draw(st.integers(0, 2 ** isa.STRIDE_BITS - 1))
+        fields[name] = 0 if name in unread else draw(st.integers(0, 2 ** isa.STRIDE_BITS - 1))
     for name in spec.control:
         fields[name] = draw(st.integers(-2 ** 31, 2 ** 31 - 1)) if name == "imm" else draw(st.integers(0, 15))
-    fields["flags"] = Flags(**{f: draw(st.integers(0, 1)) for f in spec.flags})
+    fields["flags"] = Flags(**flags)
     return Instruction.make(opcode, **fields)
 
 

@@ -11,9 +11,10 @@ from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, KVArea, Piece, Stat, align_up, card_hbm,
                                           chunk_count, embedding_row, gathered_pieces, kv_cache_words, layer_stream,
-                                          layer_widths, lm_head_align, ln_block, pack_slice, plan_buffers,
+                                          layer_widths, lm_head_align, lm_head_words, ln_block, pack_slice,
+                                          plan_buffers,
                                           region_align, weight_stride)
-from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_tied
+from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_int8, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, model_partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
 from ringgpt.host.image import ApplianceImage, CardImage
@@ -21,6 +22,7 @@ from ringgpt.host.reference.models import check_weights, weights_hash
 from ringgpt.host.reference.spec import token_id_problem
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import HOST_POS_REG, HOST_ROWS_REG, NUM_REGS, Opcode
+from ringgpt.hw.numerics import WEIGHT_FORMATS
 from ringgpt.hw.program import Program
 
 COMPILER_VERSION = 3
@@ -110,17 +112,18 @@ class CardBuilder:
         self.pos_stride = embedding_row(d, config.beat_words)         # wpe's rows
         self.ln_block = ln_block(d, region_align(config))            # a layer's LayerNorm parameters
         stream = layer_stream(config, layer_widths(dims, ctx.partition, self.card), ctx.slot_words,
-                              {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()})
+                              {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()}, ctx.int8)
         self.stream_words = stream.words(dims.n_layer)
         vocab = self.v1 - self.v0
-        m = self.hbm = card_hbm(config, dims, self.card, tmax, self.stream_words, None if ctx.tied else vocab,
+        m = self.hbm = card_hbm(config, dims, self.card, tmax, self.stream_words,
+                                None if ctx.tied else lm_head_words(config, d, vocab, ctx.int8),
                                 kv_cache_words(config, dims, tmax, self.local_heads, self.plan.kv_group))
         self.wte, self.wpe, self.ln = m.start("wte"), m.start("wpe"), m.start("layernorm")
         self.stream_start = m.start("layer weights")
         self.pieces = [p for layer in range(dims.n_layer) for p in stream.of_layer(layer, self.stream_start)]
         self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.start("lm_head")
-        pack_slice(self.pieces, self.lm_head, vocab, d, self.d_stride, False, (dims.n_layer, 0, 0), ctx.slot_words,
-                   lm_head_align(config), "wte" if ctx.tied else "lm_head")
+        pack_slice(self.pieces, self.lm_head, vocab, d, config, ctx.int8, False, (dims.n_layer, 0, 0),
+                   ctx.slot_words, lm_head_align(config), "wte" if ctx.tied else "lm_head")
         self.kv = [m.start(f"KV cache L{layer}") if self.local_heads else None for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
 
@@ -140,18 +143,28 @@ class CardBuilder:
                 continue
             weight, bias = tensors[index]
             cols = self.columns[index][col:col + piece.cols]
-            start, end = piece.hbm - self.stream_start, piece.hbm - self.stream_start + piece.cols * piece.stride
-            self.stream_data[start:end].reshape(piece.cols, piece.stride)[:, :piece.k] = weight[:, cols].T
-            self.stream_data[end:start + piece.words] = bias[cols]
+            start = piece.hbm - self.stream_start
+            self.stream_data[start:start + piece.words] = self._piece(piece, weight, cols, bias[cols])
 
-    def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head: np.ndarray | None) -> list:
-        """(word address, FP16 array) pairs: the card's HBM contents at load."""
+    @staticmethod
+    def _piece(piece, weight, cols, bias) -> np.ndarray:
+        """Piece.image of columns `cols` of `weight`: FP16 (in, out), or INT8's (q, scale)."""
+        if piece.int8:
+            q, scale = weight
+            return piece.image(q[:, cols].T, bias, scale[cols])
+        return piece.image(weight[:, cols].T, bias)
+
+    def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head) -> list:
+        """(word address, FP16 array) pairs: the card's HBM contents at load (`lm_head`: None when tied to wte, else
+        its FP16 (vocab, n_embd) weights or INT8's (q, scale) of its columns)."""
         self.ln_data[self.ctx.dims.n_layer * self.ln_block:] = ln_f
         segments = [(self.wte, self._rows(wte, self.d_stride)),
                     (self.wpe, self._rows(wpe[:self.ctx.max_context], self.pos_stride)),
                     (self.ln, self.ln_data), (self.stream_start, self.stream_data)]
         if lm_head is not None:
-            segments.append((self.lm_head, self._rows(lm_head[self.v0:self.v1], self.d_stride)))
+            head = lm_head if self.ctx.int8 else lm_head.T
+            segments += [(p.hbm, self._piece(p, head, np.arange(self.v0, self.v1)[p.origin[2]:][:p.cols], None))
+                         for p in self.pieces if p.hbm_region == "lm_head"]
         return [(addr, arr) for addr, arr in segments if arr.size]
 
     @staticmethod
@@ -330,11 +343,13 @@ class CardBuilder:
                 gelu: bool) -> None:
         """dst (value `name`) = src @ the next weight piece (+ bias, GELU)."""
         piece, address = self.stream.take()
-        bias = {"aux": wbuf(address + piece.cols * piece.stride)} if piece.bias else {}
-        self.asm(Opcode.MATMUL, dst=abuf(dst), src1=abuf(src), src2=wbuf(address), **bias, rows=rows, n=piece.cols,
+        aux = {"aux": wbuf(address + piece.cols * piece.stride)} if piece.aux_words else {}
+        if piece.int8:
+            aux["aux_stride"] = piece.cols      # the scales' row after the biases'
+        self.asm(Opcode.MATMUL, dst=abuf(dst), src1=abuf(src), src2=wbuf(address), **aux, rows=rows, n=piece.cols,
                  k=piece.k, dst_stride=dst_stride, src1_stride=src_stride, src2_stride=piece.stride,
-                 flags={"gelu": int(gelu)}, writes=name,
-                 reads=(src_name, piece.name) + ((piece.name,) if piece.bias else ()))
+                 flags={"gelu": int(gelu), "int8": int(piece.int8)}, writes=name,
+                 reads=(src_name, piece.name) + ((piece.name,) if piece.aux_words else ()))
         self.stream.fill()
 
     def _linear(self, origin: tuple, src: int, src_name: str, src_stride: int, dst: int, name: str,
@@ -539,22 +554,30 @@ class Context:
     slots: int
     slot_words: int
     tied: bool
+    """The LM head is read from wte (GPT-2's tied weights, FP16 weights)."""
     ids_offset: int
     logits_offset: int
+    int8: bool = False
+    """The matrix weights are INT8 (W8A16), the LM head's included."""
 
     @functools.cached_property
     def gathered_pieces(self) -> dict:
         """layout.gathered_pieces of this model and config."""
-        return gathered_pieces(self.config, self.dims, self.partition, self.slot_words)
+        return gathered_pieces(self.config, self.dims, self.partition, self.slot_words, self.int8)
 
 
 def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_slots: int = DEFAULT_WBUF_SLOTS,
-                  kv_group: int | None = None, max_rows: int | None = None) -> ApplianceImage:
+                  kv_group: int | None = None, max_rows: int | None = None, weights: str = "fp16") -> ApplianceImage:
     """The appliance image of a GPT-2 model (transformers GPT2LMHeadModel; its weights taken as FP16) on
     config.cards cards of `config`, for contexts of up to max_context tokens. A model on the meta device gives
     an image with programs and layout but no HBM contents (for timing-only runs). `wbuf_slots` and
     `kv_group` (heads per KV transfer; default: chosen by the activation-buffer planner) tune the schedule;
-    `max_rows` caps the tokens per run (default: as many as the activation buffer holds)."""
+    `max_rows` caps the tokens per run (default: as many as the activation buffer holds). `weights`: the matrix
+    weights' format, one of WEIGHT_FORMATS ("int8": numerics.quantize_int8 of the FP32 weights, the LM head
+    an INT8 copy beside wte's FP16 rows, which the embedding reads)."""
+    if weights not in WEIGHT_FORMATS:
+        raise CompileError(f"weights={weights!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
+    int8 = weights == "int8"
     dims = ModelDims.of(model)
     if not 1 <= max_context <= dims.n_positions:
         raise CompileError(f"max_context={max_context} must be in 1..{dims.n_positions} (the model's positions)")
@@ -566,27 +589,28 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     problem = token_id_problem("eos_token_id", model.config.eos_token_id, dims.vocab_size)
     if problem:
         raise CompileError(f"the model's {problem}: the image's runtime stops generating at it")
-    weights = has_weights(model)
-    if weights:
+    filled = has_weights(model)
+    if filled:
         check_weights(model.named_parameters(), f"model {getattr(model.config, 'name_or_path', '')!r}", CompileError,
                       fp16=True)
     part = model_partition(dims, config)
-    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, kv_group, max_rows)
+    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, kv_group, max_rows, int8)
     max_rows = plans[0].max_rows
     logits_offset = align_up(max_rows, config.beat_words)
     ctx = Context(model, config, dims, part, max_context, plans, wbuf_slots, kv.slot_words,
-                  lm_head_tied(model), 0, logits_offset)
+                  lm_head_tied(model) and not int8, 0, logits_offset, int8)
     builders = [CardBuilder(ctx, card) for card in range(config.cards)]
-    if weights:
+    if filled:
         for builder in builders:
             builder.new_segments()
         for layer in range(dims.n_layer):
-            layer_weights = LayerWeights(model, layer, dims)
+            layer_weights = LayerWeights(model, layer, dims, int8)
             for builder in builders:
                 builder.fill_layer(layer, layer_weights)
         t = model.transformer
+        head = None if ctx.tied else lm_head_int8(model) if int8 else fp16(model.lm_head.weight)
         shared = (fp16(t.wte.weight), fp16(t.wpe.weight), np.concatenate([fp16(t.ln_f.weight), fp16(t.ln_f.bias)]),
-                  None if ctx.tied else fp16(model.lm_head.weight))
+                  head)
     codes = [builder.program() for builder in builders]
     host_words = [builder.chunk_max_offset + chunk_count(builder.v1 - builder.v0) for builder in builders]
     verify_programs([CardPlan(code, builder.asm.flow, {r.name: (r.start, r.stop) for r in builder.hbm.regions},
@@ -600,13 +624,14 @@ def compile_model(model, config: ArchConfig, max_context: int = 1024, *, wbuf_sl
     for builder, code, words in zip(builders, codes, host_words):
         program = Program(code, config.name, config.hash, builder.card, config.cards,
                           {"model": dims.to_dict(), "max_rows": max_rows, "max_context": max_context})
-        cards.append(CardImage(program, builder.segments(*shared) if weights else [], builder.hbm.top, words))
+        cards.append(CardImage(program, builder.segments(*shared) if filled else [], builder.hbm.top, words))
     meta = {
         "compiler_version": COMPILER_VERSION,
         "model": dims.to_dict(),
         "source": getattr(model.config, "name_or_path", ""),
         "eos_token_id": model.config.eos_token_id,
-        "weights_hash": weights_hash(model) if weights else None,
+        "weights_hash": weights_hash(model) if filled else None,
+        "weights": weights,
         "max_context": max_context,
         "max_rows": max_rows,
         "wbuf_slots": wbuf_slots,

@@ -59,13 +59,14 @@ class ModelDims:
 
 
 def preflight(fields: dict, config: ArchConfig, max_context: int, *, wbuf_slots: int = 2,
-              max_rows: int | None = None) -> ModelDims:
+              max_rows: int | None = None, int8: bool = False) -> ModelDims:
     """The checks compile_model makes before it reads a weight, from a model's GPT2Config fields alone
     (ringgpt.host.reference.spec): the GPT-2 variant, max_context, wbuf_slots, the split over the cards, the
-    activation-buffer plan and the HBM map (layout.check_hbm: weights and KV caches within each card's HBM).
+    activation-buffer plan and the HBM map (layout.check_hbm: weights, FP16 or INT8 (`int8`), and KV caches within
+    each card's HBM).
     Raises CompileError / CapacityError as compile_model would; returns the dims."""
     try:
-        return _preflight(fields, config, max_context, wbuf_slots, max_rows)
+        return _preflight(fields, config, max_context, wbuf_slots, max_rows, int8)
     except RingGPTError:
         raise
     except (TypeError, ValueError, AttributeError) as exc:  # a config.json field of the wrong type
@@ -73,7 +74,8 @@ def preflight(fields: dict, config: ArchConfig, max_context: int, *, wbuf_slots:
                            "config.json") from None
 
 
-def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: int, max_rows: int | None) -> ModelDims:
+def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: int, max_rows: int | None,
+               int8: bool) -> ModelDims:
     dims = ModelDims.of(SimpleNamespace(config=SimpleNamespace(**fields)))
     if not 1 <= max_context <= dims.n_positions:
         raise CompileError(f"max_context={max_context} must be in 1..{dims.n_positions} (the model's positions)")
@@ -82,6 +84,6 @@ def _preflight(fields: dict, config: ArchConfig, max_context: int, wbuf_slots: i
     if max_rows is not None and max_rows < 1:
         raise CompileError(f"max_rows={max_rows} must be at least 1")
     part = model_partition(dims, config)
-    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows)
-    check_hbm(config, dims, part, kv.slot_words, plans, max_context)
+    kv, plans = plan_buffers(config, dims, part, max_context, wbuf_slots, max_rows=max_rows, int8=int8)
+    check_hbm(config, dims, part, kv.slot_words, plans, max_context, int8)
     return dims

@@ -6,8 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from ringgpt.host.compiler.errors import CapacityError
 from ringgpt.host.compiler.partition import split
+from ringgpt.hw.isa import weight_words
+from ringgpt.hw.numerics import pack_int8
 
 STAT_WORDS = 8
 """Per-row statistics slots in the activation buffer (see Stat)."""
@@ -67,6 +71,14 @@ def weight_stride(k: int, align: int) -> int:
     (ArchConfig.weight_align: the matrix unit reads each lane's weight tile from one buffer row, hw/resolved.py's
     misaligned_weights); the words between are zero."""
     return align_up(k, align)
+
+
+def column_layout(k: int, config, int8: bool, bias: bool = True) -> tuple[int, int]:
+    """(stride, aux) of a MATMUL's weight columns of k weights in a piece: words from one column to the next
+    (weight_stride of the column's weight_words, on weight_align: misaligned_weights), and the words each
+    column adds after the columns: its bias (when `bias`), and with INT8 weights its bias (zero without one) and
+    its scale, the scales' row after the biases'."""
+    return weight_stride(weight_words(k, int8), config.weight_align), 2 if int8 else int(bias)
 
 
 @dataclass(frozen=True)
@@ -288,14 +300,12 @@ def gathered_spans(spans: tuple, column_words: int, slot_words: int, align: int)
             return pieces
 
 
-def card_shapes(part, n_embd: int, config, slot_words: int) -> list:
+def card_shapes(part, n_embd: int, config, slot_words: int, int8: bool = False) -> list:
     """Each card's CardShape under a partition (partition.Partition) whose weight pieces fill weight-buffer slots of
-    `slot_words` (KVPlan) in whole mpu_lanes column groups (an fc column: weight_stride(n_embd) words and its
-    bias)."""
+    `slot_words` (KVPlan) in whole mpu_lanes column groups (an fc column: column_layout(n_embd))."""
     staged = [0] * part.cards
     if part.cards > 1:
-        pieces = gathered_spans(part.ffn, weight_stride(n_embd, config.weight_align) + 1, slot_words,
-                                config.mpu_lanes)
+        pieces = gathered_spans(part.ffn, sum(column_layout(n_embd, config, int8)), slot_words, config.mpu_lanes)
         staged = [(f1 - f0) - (first[1] - first[0]) for (f0, f1), (first, *_) in zip(part.ffn, pieces)]
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 
@@ -395,11 +405,11 @@ def choose_abuf_plans(config, d: int, n_inner: int, head_dim: int, cards: list, 
 
 
 def plan_buffers(config, dims, part, max_context: int, slots: int, kv_group: int | None = None,
-                 max_rows: int | None = None) -> tuple[KVPlan, list]:
+                 max_rows: int | None = None, int8: bool = False) -> tuple[KVPlan, list]:
     """The weight buffer's plan (choose_kv) and each card's activation-buffer plan (choose_abuf_plans) of a model
-    (ModelDims `dims`) cut over the cards by partition `part`."""
+    (ModelDims `dims`) cut over the cards by partition `part`, its weights INT8 or FP16 (`int8`)."""
     kv = choose_kv(config, dims.head_dim, [h1 - h0 for h0, h1 in part.heads], max_context, slots, kv_group)
-    shapes = card_shapes(part, dims.n_embd, config, kv.slot_words)
+    shapes = card_shapes(part, dims.n_embd, config, kv.slot_words, int8)
     return kv, choose_abuf_plans(config, dims.n_embd, dims.n_inner, dims.head_dim, shapes, max_context, kv, max_rows)
 
 
@@ -413,9 +423,10 @@ that splits their columns and the model dimension of their input."""
 
 @dataclass(frozen=True)
 class Piece:
-    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` words (column-major,
-    `stride` words apart: layout.weight_stride) at HBM word `hbm`, then `cols` bias words when `bias`. `origin` =
-    (layer, slice index, first local column); the LM head is slice 0 of layer n_layer."""
+    """One weight-buffer load and the MATMUL that reads it: `cols` weight columns of `k` weights (column-major,
+    `stride` words apart: column_layout) at HBM word `hbm`, then `cols` bias words when `bias`, then with INT8
+    weights (`int8`) `cols` scale words (after `cols` zero words where there is no bias). `origin` = (layer, slice
+    index, first local column); the LM head is slice 0 of layer n_layer."""
     hbm: int
     cols: int
     k: int
@@ -424,10 +435,30 @@ class Piece:
     origin: tuple
 
     hbm_region: str = "layer weights"
+    int8: bool = False
+
+    @property
+    def aux_words(self) -> int:
+        """Words a column adds after the columns (column_layout)."""
+        return 2 if self.int8 else int(self.bias)
 
     @property
     def words(self) -> int:
-        return self.cols * (self.stride + self.bias)
+        return self.cols * (self.stride + self.aux_words)
+
+    def image(self, columns: np.ndarray, bias: np.ndarray | None, scale: np.ndarray | None = None) -> np.ndarray:
+        """The piece's words in HBM: `columns` (cols x k: FP16 weights, or INT8 ones and their FP16 `scale`s) `stride`
+        words apart, zeros between, then the bias (zeros for none with INT8), then the scales."""
+        out = np.zeros(self.words, np.float16)
+        body, aux = out[:self.cols * self.stride].reshape(self.cols, self.stride), out[self.cols * self.stride:]
+        if self.int8:
+            body[:, :weight_words(self.k, True)] = pack_int8(columns)
+            aux[self.cols:] = scale
+        else:
+            body[:, :self.k] = columns
+        if bias is not None:
+            aux[:self.cols] = bias
+        return out
 
     @property
     def name(self) -> str:
@@ -437,32 +468,34 @@ class Piece:
         return f"{what} weights @{col}"
 
 
-def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, stride: int, bias: bool, origin: tuple, slot_words: int,
-               align: int, hbm_region: str = "layer weights", spans: tuple | None = None, piece_align: int = 1) -> int:
-    """Cuts one weight slice (`ncols` columns of k words `stride` apart, + bias, from HBM word hbm_at) into pieces
-    that fit a weight-buffer slot: the column `spans` given, else the fewest (piece_spans); appends them to `pieces`
-    and returns the HBM word after the slice. Each piece starts at a multiple of `piece_align` words (the pieces
-    of a slice are consecutive, with at most piece_align - 1 words between them). A load never holds two
-    slices, so its slot frees as soon as the slice's matrix work is done, whatever the next slice waits for."""
-    column_words = stride + bias
+def pack_slice(pieces: list, hbm_at: int, ncols: int, k: int, config, int8: bool, bias: bool, origin: tuple,
+               slot_words: int, align: int, hbm_region: str = "layer weights", spans: tuple | None = None,
+               piece_align: int = 1) -> int:
+    """Cuts one weight slice (`ncols` columns of k weights, INT8 or FP16, column_layout's stride apart, + bias, +
+    scales, from HBM word hbm_at) into pieces that fit a weight-buffer slot: the column `spans` given, else the
+    fewest (piece_spans); appends them to `pieces` and returns the HBM word after the slice. Each piece starts at a
+    multiple of `piece_align` words (the pieces of a slice are consecutive, with at most piece_align - 1 words
+    between them). A load never holds two slices, so its slot frees as soon as the slice's matrix work is done,
+    whatever the next slice waits for."""
+    stride, aux = column_layout(k, config, int8, bias)
     layer, index, col = origin
     at = hbm_at
-    for a, b in spans or piece_spans(ncols, column_words, slot_words, align):
+    for a, b in spans or piece_spans(ncols, stride + aux, slot_words, align):
         if b > a:
             at = align_up(at, piece_align)
-            pieces.append(Piece(at, b - a, k, stride, bias, (layer, index, col + a), hbm_region))
-            at += (b - a) * column_words
+            pieces.append(Piece(at, b - a, k, stride, bias, (layer, index, col + a), hbm_region, int8))
+            at += (b - a) * (stride + aux)
     return at
 
 
-def gathered_pieces(config, dims, part, slot_words: int) -> dict:
+def gathered_pieces(config, dims, part, slot_words: int, int8: bool = False) -> dict:
     """On several cards, for each all-gathered layer slice (its index in LAYER_SLICES), every card's piece spans
     (gathered_spans: as many on every card); empty on one card."""
     if config.cards == 1:
         return {}
     pieces = {}
     for name, (spans, inputs) in GATHERED_SLICES.items():
-        column_words = weight_stride(getattr(dims, inputs), config.weight_align) + 1   # and its bias
+        column_words = sum(column_layout(getattr(dims, inputs), config, int8))
         pieces[LAYER_SLICES.index(name)] = gathered_spans(getattr(part, spans), column_words, slot_words,
                                                           config.mpu_lanes)
     return pieces
@@ -496,14 +529,14 @@ class LayerStream:
                 for p in self.pieces]
 
 
-def layer_stream(config, widths: list, slot_words: int, gathered: dict) -> LayerStream:
+def layer_stream(config, widths: list, slot_words: int, gathered: dict, int8: bool = False) -> LayerStream:
     """One layer's pieces on a card whose LAYER_SLICES have `widths` (layer_widths) and whose all-gathered slices
     are cut into the column spans `gathered` (its entries of gathered_pieces), in weight-buffer slots of
-    `slot_words`."""
+    `slot_words`, INT8 or FP16 (`int8`)."""
     align, pieces, end = region_align(config), [], 0
     for index, (k, ncols) in enumerate(widths):
-        end = pack_slice(pieces, end, ncols, k, weight_stride(k, config.weight_align), True, (0, index, 0),
-                         slot_words, config.mpu_lanes, spans=gathered.get(index), piece_align=align)
+        end = pack_slice(pieces, end, ncols, k, config, int8, True, (0, index, 0), slot_words, config.mpu_lanes,
+                         spans=gathered.get(index), piece_align=align)
     return LayerStream(tuple(pieces), end, align_up(end, align))
 
 
@@ -514,13 +547,14 @@ def kv_cache_words(config, dims, max_context: int, local_heads: int, kv_group: i
     return max_context * area.key_row(local_heads) + local_heads * dims.head_dim * area.value_row
 
 
-def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_head_cols: int | None,
+def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_head_words: int | None,
              kv_words: int) -> HbmMap:
     """Card `card`'s HBM map, every region starting on region_align (a LOAD whose HBM and buffer words agree modulo
     the buffer chunk writes whole buffer rows, hw/core/dma.py, and its words must agree modulo the beat,
     misaligned_transfer): the token embedding (wte, its rows the tied LM head's columns), max_context position
     rows, every layer's LayerNorm parameters and the final one's, the layers' weight stream (stream_words), the
-    LM head's `lm_head_cols` columns unless it is tied to wte (None), then one KV cache of kv_words per layer
+    LM head's `lm_head_words` (its columns, and with INT8 weights their biases and scales) unless it is tied to wte
+    (None), then one KV cache of kv_words per layer
     (none on a card without heads, kv_words 0)."""
     align, d = region_align(config), dims.n_embd
     m = HbmMap(card, config.hbm_words, align)
@@ -529,24 +563,32 @@ def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_he
     m.alloc("wpe", max_context * embedding_row(d, config.beat_words), "weights")
     m.alloc("layernorm", dims.n_layer * ln_block(d, align) + 2 * d, "weights")
     m.alloc("layer weights", stream_words, "weights")
-    if lm_head_cols is not None:
-        m.alloc("lm_head", lm_head_cols * column, "weights")
+    if lm_head_words is not None:
+        m.alloc("lm_head", lm_head_words, "weights")
     for layer in range(dims.n_layer if kv_words else 0):
         m.alloc(f"KV cache L{layer}", kv_words, "kv")
     return m
 
 
-def check_hbm(config, dims, part, slot_words: int, plans: list, max_context: int) -> list:
+def lm_head_words(config, d: int, cols: int, int8: bool) -> int:
+    """HBM words of an LM head of its own (not wte): `cols` columns of d weights in pack_slice's pieces, one after
+    the other (column_layout without a bias)."""
+    return cols * sum(column_layout(d, config, int8, bias=False))
+
+
+def check_hbm(config, dims, part, slot_words: int, plans: list, max_context: int, int8: bool = False) -> list:
     """Each card's HBM map as the compiler lays it out, from the dimensions alone (plan_buffers' weight-buffer slots
-    of slot_words and activation-buffer `plans`) and the LM head taken as tied to wte, as GPT-2's is; raises
-    CapacityError (HbmMap.check_capacity) where a card's weights, or its KV caches beside them, do not fit its HBM
-    (the compiler checks its own map again, an untied LM head included)."""
-    gathered, maps = gathered_pieces(config, dims, part, slot_words), []
+    of slot_words and activation-buffer `plans`) and the LM head taken as tied to wte, as GPT-2's is (with INT8
+    weights an INT8 copy of it besides); raises CapacityError (HbmMap.check_capacity) where a card's weights, or its
+    KV caches beside them, do not fit its HBM (the compiler checks its own map again, an untied LM head included)."""
+    gathered, maps = gathered_pieces(config, dims, part, slot_words, int8), []
     for card, plan in enumerate(plans):
         stream = layer_stream(config, layer_widths(dims, part, card), slot_words,
-                              {index: spans[card] for index, spans in gathered.items()})
+                              {index: spans[card] for index, spans in gathered.items()}, int8)
         heads = part.heads[card][1] - part.heads[card][0]
-        maps.append(card_hbm(config, dims, card, max_context, stream.words(dims.n_layer), None,
+        v0, v1 = part.vocab[card]
+        head = lm_head_words(config, dims.n_embd, v1 - v0, True) if int8 else None
+        maps.append(card_hbm(config, dims, card, max_context, stream.words(dims.n_layer), head,
                              kv_cache_words(config, dims, max_context, heads, plan.kv_group)))
         maps[-1].check_capacity(max_context)
     return maps

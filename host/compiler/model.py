@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ringgpt.host.compiler.dims import SUPPORTED_ACTIVATIONS, ModelDims  # noqa: F401
+from ringgpt.hw.numerics import quantize_int8
 
 def has_weights(model) -> bool:
     """False for a model on the meta device (dimensions only: programs can be built, HBM contents cannot)."""
@@ -23,9 +24,10 @@ def lm_head_tied(model) -> bool:
 
 
 class LayerWeights:
-    """One decoder layer's FP16 tensors, linear weights as (in, out) like GPT-2's Conv1D."""
+    """One decoder layer's tensors, linear weights as (in, out) like GPT-2's Conv1D: FP16, or with `int8`
+    numerics.quantize_int8's (q, scale) of the FP32 weights (biases FP16 either way)."""
 
-    def __init__(self, model, index: int, dims: ModelDims):
+    def __init__(self, model, index: int, dims: ModelDims, int8: bool = False):
         block = model.transformer.h[index]
         scale = dims.q_scale
         d = dims.n_embd
@@ -33,9 +35,17 @@ class LayerWeights:
         b = block.attn.c_attn.bias.detach().float().clone()
         w[:, :d] *= scale
         b[:d] *= scale
+
+        def linear(weight, bias):
+            return (quantize_int8(weight.detach().float().cpu().numpy()) if int8 else fp16(weight)), fp16(bias)
         self.ln1 = (fp16(block.ln_1.weight), fp16(block.ln_1.bias))
         self.ln2 = (fp16(block.ln_2.weight), fp16(block.ln_2.bias))
-        self.qkv = (fp16(w), fp16(b))
-        self.proj = (fp16(block.attn.c_proj.weight), fp16(block.attn.c_proj.bias))
-        self.fc = (fp16(block.mlp.c_fc.weight), fp16(block.mlp.c_fc.bias))
-        self.fc2 = (fp16(block.mlp.c_proj.weight), fp16(block.mlp.c_proj.bias))
+        self.qkv = linear(w, b)
+        self.proj = linear(block.attn.c_proj.weight, block.attn.c_proj.bias)
+        self.fc = linear(block.mlp.c_fc.weight, block.mlp.c_fc.bias)
+        self.fc2 = linear(block.mlp.c_proj.weight, block.mlp.c_proj.bias)
+
+
+def lm_head_int8(model) -> tuple[np.ndarray, np.ndarray]:
+    """numerics.quantize_int8 of the LM head's columns (n_embd x vocab): one scale per vocabulary entry."""
+    return quantize_int8(model.lm_head.weight.detach().float().cpu().numpy().T)

@@ -15,6 +15,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from ringgpt.host.errors import CheckpointError, DeviceUnavailableError, ModelSpecError
 from ringgpt.host.reference.files import JSON_ERRORS
+from ringgpt.hw.numerics import dequantize_int8, quantize_int8
 from ringgpt.host.reference.spec import (BUNDLED_MODEL_DIR, GPT2_SIZES, HF_ALIASES, N_POSITIONS,  # noqa: F401
                                          REQUIRED_SPEC_KEYS, SPEC_KEYS, SYNTHETIC_PREFIX, VOCAB_SIZE, GPT2Size,
                                          bundled_dir, checkpoint_dir, read_config_json, size_fields, source_fields,
@@ -101,6 +102,35 @@ def weights_hash(model: torch.nn.Module) -> str:
         digest.update(f"{name}\0{tuple(t.shape)}\0{t.dtype}\0".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy())
     return digest.hexdigest()
+
+
+def int8_model(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
+    """A copy of `model` (FP32) whose matrix weights are what the appliance's INT8 weights stand for
+    (numerics.quantize_int8, then q x scale): every layer's four linear layers and the LM head, which is untied from
+    the token embedding (the embedding stays as it was, as on the appliance). The Q columns are quantised with the
+    attention scale folded in, as the compiler quantises them (host/compiler/model.py), then unfolded in FP32."""
+    copy = GPT2LMHeadModel(model.config)
+    copy.load_state_dict(model.state_dict())
+    copy = copy.float().eval()
+    d = model.config.n_embd
+    q_scale = 1.0 / math.sqrt(d // model.config.n_head)
+
+    def stand_in(weight: torch.Tensor, folded: float | None = None) -> torch.Tensor:
+        w = weight.detach().float().clone()
+        if folded is not None:
+            w[:, :d] *= folded
+        w = torch.from_numpy(dequantize_int8(*quantize_int8(w.numpy())))
+        if folded is not None:
+            w[:, :d] /= folded
+        return w
+
+    with torch.no_grad():
+        for block in copy.transformer.h:
+            block.attn.c_attn.weight.copy_(stand_in(block.attn.c_attn.weight, q_scale))
+            for linear in (block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                linear.weight.copy_(stand_in(linear.weight))
+        copy.lm_head.weight = torch.nn.Parameter(stand_in(copy.lm_head.weight.T).T.contiguous())
+    return copy
 
 
 def _empty_model(config: GPT2Config) -> GPT2LMHeadModel:

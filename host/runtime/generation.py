@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ringgpt.host.reference.models import load_model
+from ringgpt.host.reference.models import int8_model, load_model
 from ringgpt.host.reference.sampling import SamplingConfig, TokenSampler, validate_prompt
 from ringgpt.host.reference.spec import source_fields
 from ringgpt.host.compiler.dims import preflight
@@ -25,6 +25,12 @@ LOGITS_BOUND = 1e-2
 """The stated end-to-end accuracy bound of the appliance: the relative RMS error of its logits against the PyTorch
 FP32 reference (FP16 storage, FP32 accumulation; about 1e-3 is typical). Defined here once: the CLI's verdict,
 `ringgpt check` and the accuracy tests use it."""
+
+
+INT8_LOGITS_BOUND = 5e-2
+"""The bound of the appliance's logits with INT8 weights (W8A16, numerics.quantize_int8) against the FP32 model itself:
+the quantisation's own error (about 1e-2 on GPT-2-initialised weights, 7e-3 on the bundled model). Against the same
+model quantised in PyTorch (host.reference.models.int8_model) the bound is LOGITS_BOUND, as for FP16 weights."""
 
 
 def relative_rms(values: np.ndarray, reference: np.ndarray) -> float:
@@ -112,6 +118,8 @@ class ReferenceCheck:
     """Relative RMS error of the appliance's logits over every step."""
     wall_s: float
     bound: float = LOGITS_BOUND
+    reference: str = "PyTorch FP32 reference"
+    """What the logits were compared with (the verdict's first words)."""
 
     @property
     def tokens_match(self) -> bool:
@@ -131,7 +139,7 @@ class ReferenceCheck:
     def verdict(self) -> str:
         """"PyTorch FP32 reference: PASS (tokens match, logits relative RMS error 1.3e-03 <= 1e-02 bound ...)"."""
         relation = "<=" if self.logits_rel_rms <= self.bound else ">"
-        return (f"PyTorch FP32 reference: {'PASS' if self.passed else 'FAIL'} ({self.tokens.phrase()}, logits relative "
+        return (f"{self.reference}: {'PASS' if self.passed else 'FAIL'} ({self.tokens.phrase()}, logits relative "
                 f"RMS error {self.logits_rel_rms:.1e} {relation} {self.bound:.0e} bound, over {self.steps_compared} "
                 "steps)")
 
@@ -144,17 +152,20 @@ def teacher_forced_logits(model, prompt_ids, generated_ids) -> np.ndarray:
         return model(ids, logits_to_keep=len(generated_ids)).logits[0].float().cpu().numpy()
 
 
-def check_against_reference(model, result: ApplianceResult, sampling: SamplingConfig) -> ReferenceCheck:
-    """Scores the appliance's tokens with the PyTorch reference (`model` as given: FP32 for the reference path): its
-    logits after the appliance's own tokens, the token the same sampler (same seed) chooses from them at each step,
-    the tokens judged by the tie rule (compare_tokens) and the logits against the bound."""
+def check_against_reference(model, result: ApplianceResult, sampling: SamplingConfig,
+                            reference: str = "PyTorch FP32 reference") -> ReferenceCheck:
+    """Scores the appliance's tokens with the PyTorch reference (`model` as given: FP32 for the reference path, named
+    `reference` in the verdict): its logits after the appliance's own tokens, the token the same sampler (same seed)
+    chooses from them at each step, the tokens judged by the tie rule (compare_tokens) and the logits against the
+    bound."""
     started = time.perf_counter()
-    reference = teacher_forced_logits(model, result.prompt_ids, result.generated_ids)
+    logits = teacher_forced_logits(model, result.prompt_ids, result.generated_ids)
     sampler = TokenSampler(sampling)
-    reference_ids = [sampler.next_token(row) for row in reference]
+    reference_ids = [sampler.next_token(row) for row in logits]
     wall_s = time.perf_counter() - started
-    tokens = compare_tokens(result.generated_ids, reference_ids, result.logits, reference, sampling.greedy)
-    return ReferenceCheck(reference_ids, tokens, len(reference_ids), relative_rms(result.logits, reference), wall_s)
+    tokens = compare_tokens(result.generated_ids, reference_ids, result.logits, logits, sampling.greedy)
+    return ReferenceCheck(reference_ids, tokens, len(reference_ids), relative_rms(result.logits, logits), wall_s,
+                          reference=reference)
 
 
 @dataclass
@@ -171,6 +182,10 @@ class GenerationReport:
     compile_s: float
     """Seconds spent compiling (or loading the cached image)."""
     reference: ReferenceCheck | None
+    weights: str = "fp16"
+    float_rel_rms: float | None = None
+    """With INT8 weights: the logits' relative RMS error against the FP32 model itself (not quantised), for the
+    record; the verdict is against the same model quantised (host.reference.models.int8_model)."""
 
     @property
     def generated_ids(self) -> list:
@@ -180,13 +195,16 @@ class GenerationReport:
 def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280", cards: int = 4,
                    sampling: SamplingConfig | None = None, on_token: Callable[[int], None] | None = None,
                    check_reference: bool = True, max_context: int = 1024, backend: str = "sim",
-                   device_options: dict | None = None) -> GenerationReport:
+                   device_options: dict | None = None, weights: str = "fp16") -> GenerationReport:
     """Generates text after `prompt` on `cards` cards of architecture `config`, simulated by `backend` ("sim":
     the functional simulator with the cycle model's timing at every clock of timing_variants; "rtl": the cores'
     RTL, `device_options` naming the simulator):
     loads the model (FP32; the appliance takes it as FP16) and the GPT-2 tokenizer, compiles the model
     (cached under ~/.cache/ringgpt), generates, calling on_token(id) as each token is chosen, and with
-    check_reference compares tokens and logits with the PyTorch FP32 reference (same sampling and seed)."""
+    check_reference compares tokens and logits with the PyTorch FP32 reference (same sampling and seed). `weights`:
+    the matrix weights' format on the appliance (compiler.WEIGHT_FORMATS); with "int8" the reference is the same
+    model quantised alike in PyTorch (FP32 arithmetic), and the error against the unquantised model is reported
+    beside it."""
     sampling = sampling or SamplingConfig()
     tokenizer = load_tokenizer()
     prompt_ids = tokenizer.encode(prompt)
@@ -195,10 +213,10 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
     context = min(max_context, fields["n_positions"])
     validate_prompt(prompt_ids, sampling, vocab_size=fields["vocab_size"], context=context,
                     context_name="the appliance's context")
-    preflight(fields, arch, context)
+    preflight(fields, arch, context, int8=weights == "int8")
     net = load_model(model, dtype=torch.float32)
     started = time.perf_counter()
-    image, cached = cached_image(net, arch, context)
+    image, cached = cached_image(net, arch, context, weights=weights)
     compile_s = time.perf_counter() - started
     options = dict(device_options or {})
     if backend == "sim":
@@ -209,7 +227,13 @@ def run_generation(prompt: str, *, model: str = "bundled", config: str = "u280",
         result = Appliance(device, image).generate(prompt_ids, sampling, on_token)
     finally:
         device.close()
-    reference = check_against_reference(net, result, sampling) if check_reference else None
+    reference = float_rel_rms = None
+    if check_reference and weights == "int8":
+        reference = check_against_reference(int8_model(net), result, sampling, "PyTorch FP32 reference, INT8 weights")
+        float_rel_rms = relative_rms(result.logits, teacher_forced_logits(net, result.prompt_ids,
+                                                                          result.generated_ids))
+    elif check_reference:
+        reference = check_against_reference(net, result, sampling)
     return GenerationReport(prompt=prompt, text=tokenizer.decode(result.generated_ids), result=result, model=model,
                             config=arch.name, weights_hash=image.meta["weights_hash"], image_cached=cached,
-                            compile_s=compile_s, reference=reference)
+                            compile_s=compile_s, reference=reference, weights=weights, float_rel_rms=float_rel_rms)

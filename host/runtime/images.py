@@ -21,7 +21,7 @@ from ringgpt.host.compiler import compile_model
 from ringgpt.host.errors import OutputError
 from ringgpt.host.image import IMAGE_FORMAT, ApplianceImage, ImageError, clean_stale_temporaries, meta_problem
 from ringgpt.host.reference.models import weights_hash
-from ringgpt.hw import config as hw_config, isa, resolved
+from ringgpt.hw import config as hw_config, isa, numerics, resolved
 from ringgpt.hw.config import ArchConfig
 
 CACHE_ENV = "RINGGPT_CACHE_DIR"
@@ -44,11 +44,11 @@ def cache_root() -> Path:
 
 def compiler_fingerprint() -> str:
     """Hash of what the compiler's output depends on besides its inputs: its own source, the instruction set's,
-    resolved.py's and the architecture config's, and the image format. Any change to them invalidates cached
-    images."""
+    resolved.py's, the numerics' (INT8 quantisation) and the architecture config's, and the image format. Any change
+    to them invalidates cached images."""
     digest = hashlib.sha256(IMAGE_FORMAT.encode())
     sources = [*sorted(Path(compiler.__file__).parent.glob("*.py")),
-               *(Path(module.__file__) for module in (hw_config, isa, resolved))]
+               *(Path(module.__file__) for module in (hw_config, isa, numerics, resolved))]
     for path in sources:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -62,29 +62,30 @@ def model_config(model) -> str:
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def image_key(whash: str, model_json: str, config: ArchConfig, max_context: int) -> str:
-    """The cache key of a model (weights hash, model_config JSON) compiled for `config` and max_context."""
-    blob = "\0".join([whash, model_json, config.hash, str(max_context), compiler_fingerprint()]).encode()
+def image_key(whash: str, model_json: str, config: ArchConfig, max_context: int, weights: str = "fp16") -> str:
+    """The cache key of a model (weights hash, model_config JSON) compiled for `config` and max_context, its matrix
+    weights in format `weights` (compiler.WEIGHT_FORMATS)."""
+    blob = "\0".join([whash, model_json, config.hash, str(max_context), weights, compiler_fingerprint()]).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def cached_image(model, config: ArchConfig, max_context: int = 1024,
-                 root: str | os.PathLike | None = None) -> tuple[ApplianceImage, bool]:
-    """(image, whether it came from the cache): the model compiled for `config`, loaded from
-    root/images/<key> when there, else compiled and written there atomically (or only compiled, with a
-    CacheUnavailableWarning, where the cache cannot be written)."""
+                 root: str | os.PathLike | None = None, weights: str = "fp16") -> tuple[ApplianceImage, bool]:
+    """(image, whether it came from the cache): the model compiled for `config` with its matrix weights in format
+    `weights`, loaded from root/images/<key> when there, else compiled and written there atomically (or only
+    compiled, with a CacheUnavailableWarning, where the cache cannot be written)."""
     whash = weights_hash(model)
     images = _images_folder(Path(root or cache_root()))
     if images is None:
-        return compile_model(model, config, max_context), False
-    path = images / image_key(whash, model_config(model), config, max_context)
+        return compile_model(model, config, max_context, weights=weights), False
+    path = images / image_key(whash, model_config(model), config, max_context, weights)
     clean_stale_temporaries(images)
     if path.exists() or path.is_symlink():
         try:
-            return _load_entry(path, config, whash, max_context), True
+            return _load_entry(path, config, whash, max_context, weights), True
         except Exception as exc:  # noqa: BLE001 - whatever is wrong with an entry, it is set aside and rebuilt
             _set_aside(path, exc)
-    image = compile_model(model, config, max_context)
+    image = compile_model(model, config, max_context, weights=weights)
     try:
         image.save(path, keep_existing=True)  # another process that wrote the same entry first wins
     except (OSError, OutputError) as exc:
@@ -111,7 +112,7 @@ def _unavailable(images: Path, exc: Exception) -> None:
                   stacklevel=3)
 
 
-def _load_entry(path: Path, config: ArchConfig, whash: str, max_context: int) -> ApplianceImage:
+def _load_entry(path: Path, config: ArchConfig, whash: str, max_context: int, weights: str) -> ApplianceImage:
     """The cached image at `path`, checked to be the one its key names and complete enough to run (ImageError
     otherwise)."""
     image = ApplianceImage.load(path)
@@ -122,6 +123,8 @@ def _load_entry(path: Path, config: ArchConfig, whash: str, max_context: int) ->
         problem = "its weights hash is not the model's"
     elif image.meta.get("max_context") != max_context:
         problem = f"its max_context is {image.meta.get('max_context')!r}, not {max_context}"
+    elif image.meta.get("weights") != weights:
+        problem = f"its weights are {image.meta.get('weights')!r}, not {weights!r}"
     if problem:
         raise ImageError(f"{path}: {problem}")
     return image

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from ringgpt.hw.intmath import ceil_div
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.core.timing import router_cycles
-from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit, weight_words
 from ringgpt.hw.resolved import Resolved
 
 from .hbm import _modeled_dma, dma_cycles
@@ -45,7 +45,8 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         # (row, column group) pairs interleaved through the tile accumulator (hw/core/matrix.py); a beat whose
         # weight, x and bias tiles share a buffer memory stalls (matrix_stall_cycles).
         t = unit_timing(cfg)["matrix"]
-        issue = _issue_cycles(r.rows * ceil_div(r.n, cfg.mpu_lanes), ceil_div(r.k, cfg.mac_width), t["loop"])
+        tiles = ceil_div(weight_words(r.k, bool(r.flags.int8)), cfg.mac_width)   # a buffer row of weights a beat
+        issue = _issue_cycles(r.rows * ceil_div(r.n, cfg.mpu_lanes), tiles, t["loop"])
         tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
         if issue:
             issue += matrix_stall_cycles(r, cfg)

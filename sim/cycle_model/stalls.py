@@ -9,7 +9,7 @@ import numpy as np
 from ringgpt.hw.intmath import ceil_div
 from ringgpt.hw.banks import memory_of, period, tile_read_cycles
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import Opcode, Space
+from ringgpt.hw.isa import Opcode, Space, weight_words
 from ringgpt.hw.resolved import Resolved
 
 from .timing import unit_timing
@@ -35,30 +35,35 @@ def matrix_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     alone in ABUF's TileReadPort, never stalls (its two chunks lie in two memories). A MASKED_QK also writes each row's maximum
     (aux) beside its results (dst), through ABUF's one unit write a cycle (hw/core/buffers.py): where the two fall
     in one cycle, the second waits a cycle (`_write_cycles`). The unit is frozen for every cycle either needs
-    beyond one."""
+    beyond one. INT8 weights (the int8 flag): a lane's tile is the same buffer row, of 2 x mac_width weights (half
+    the beats: weight_words of k), its activations two whole memory rows, and the pair's column scales (mpu_lanes
+    words at aux + aux_stride + g * mpu_lanes) are read as the bias is, a lane of their own, at the tile
+    `_bias_tiles` chooses for them."""
     has_bias = r.op is Opcode.MATMUL and r.aux[0] is not Space.NONE
-    down = _periods_below([r.src2[1]] + ([r.aux[1]] if has_bias else []), cfg)   # moved down together
+    aux = ([r.aux[1]] if has_bias else []) + ([r.aux[1] + r.aux_stride] if r.flags.int8 else [])
+    down = _periods_below([r.src2[1]] + aux, cfg)   # moved down together
     writes = r.op is Opcode.MASKED_QK          # the results and the row maxima
     rows = r.rows if writes else 1             # without them every row stalls alike
-    stalls = _matrix_stalls((r.src2[1] - down, r.src2_stride), r.aux[1] - down if has_bias else None, writes, rows,
-                            r.n, r.k, cfg)
+    stalls = _matrix_stalls((r.src2[1] - down, r.src2_stride), tuple(a - down for a in aux), writes, rows,
+                            r.n, weight_words(r.k, bool(r.flags.int8)), cfg)
     return stalls if writes else r.rows * stalls
 
 
 @functools.lru_cache(maxsize=4096)
-def _matrix_stalls(weights: tuple, bias: int | None, writes: bool, rows: int, n: int, k: int,
+def _matrix_stalls(weights: tuple, aux: tuple, writes: bool, rows: int, n: int, k: int,
                    cfg: ArchConfig) -> int:
-    """matrix_stall_cycles of `rows` rows: the weights at (address, column stride), the bias at its address or
-    None; `writes`: a MASKED_QK's results and row maxima."""
+    """matrix_stall_cycles of `rows` rows: the weights at (address, column stride), columns of k words, the bias's
+    and the scales' addresses (`aux`: none, the bias, or the bias and the scales); `writes`: a MASKED_QK's results
+    and row maxima."""
     L, W = cfg.mpu_lanes, cfg.mac_width
     groups, tiles = ceil_div(n, L), ceil_div(k, W)
     _, g, t, lane = np.meshgrid(np.arange(rows), np.arange(groups), np.arange(tiles), np.arange(L), indexing="ij")
     one = (rows, groups, tiles, 1)
     column = g * L + lane
     starts, enabled, words = [weights[0] + column * weights[1] + t * W], [column < n], [W] * L
-    if bias is not None:
-        starts.append(np.broadcast_to(bias + g[..., :1] * L, one))
-        enabled.append(t[..., :1] == _bias_tiles(weights, bias, groups, tiles, cfg)[g[..., :1]])
+    for address in aux:
+        starts.append(np.broadcast_to(address + g[..., :1] * L, one))
+        enabled.append(t[..., :1] == _bias_tiles(weights, address, groups, tiles, cfg)[g[..., :1]])
         words.append(L)
     cycles = tile_read_cycles(np.concatenate(starts, axis=-1), np.concatenate(enabled, axis=-1), np.array(words),
                               cfg.buffer_chunk_words, cfg.buffer_banks)

@@ -16,7 +16,7 @@ import numpy as np
 from ringgpt.host.device import AddressFault, AlignmentFault, CollectiveMismatchError, RingDeadlockError
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
-from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, Unit, control_result
+from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, Unit, control_result, weight_words
 from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
 from ringgpt.sim.functional.plans import abuf_stack, future_columns, group_plan, plan
@@ -332,17 +332,23 @@ class Card:
         rows = self._mem[space][starts[:, None] + np.arange(r.n)]
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, rows)
 
-    def _products(self, r: Resolved, bias=None, gelu: bool = False) -> np.ndarray:
+    def _products(self, r: Resolved, bias=None, gelu: bool = False, scale=None) -> np.ndarray:
         x = self.read("src1", r.src1, r.rows, r.k, r.src1_stride)
-        w_cols = self.read("src2", r.src2, r.n, r.k, r.src2_stride)
-        return numerics.matmul(x, w_cols.T, self.cfg.mac_width, bias, gelu)
+        w_cols = self.read("src2", r.src2, r.n, weight_words(r.k, r.flags.int8), r.src2_stride)
+        if r.flags.int8:
+            w_cols = numerics.unpack_int8(w_cols, r.k)
+        return numerics.matmul(x, w_cols.T, self.cfg.mac_width, bias, gelu, scale)
 
     def _matmul(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
         self._check_alignment(r)
-        bias = None if r.aux[0] is Space.NONE else self.read("aux", r.aux, 1, r.n, 0)[0]
-        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, self._products(r, bias, bool(r.flags.gelu)))
+        bias = scale = None
+        if r.flags.int8:
+            bias, scale = self.read("aux", r.aux, 2, r.n, r.aux_stride)
+        elif r.aux[0] is not Space.NONE:
+            bias = self.read("aux", r.aux, 1, r.n, 0)[0]
+        self.write("dst", r.dst, r.rows, r.n, r.dst_stride, self._products(r, bias, bool(r.flags.gelu), scale))
 
     def _masked_qk(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:

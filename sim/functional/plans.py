@@ -16,7 +16,7 @@ import numpy as np
 
 from ringgpt.hw import native, numerics
 from ringgpt.hw.resolved import misaligned_weights
-from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit, weight_words
 
 _STATIC = (Space.ABUF, Space.HOST)
 _BINARY = {Opcode.VADD: numerics.vadd, Opcode.VSUB: numerics.vsub, Opcode.VMUL: numerics.vmul}
@@ -213,7 +213,14 @@ def _matrix(card, r):
     read, src2, src2_stride, width = card.read, r.src2, r.src2_stride, card.cfg.mac_width
     if r.op is Opcode.MATMUL:
         gelu, aux = bool(r.flags.gelu), r.aux
-        if aux[0] is Space.NONE:
+        if r.flags.int8:
+            words, aux_stride = weight_words(k, True), r.aux_stride
+
+            def run():
+                bias, scale = read("aux", aux, 2, n, aux_stride)
+                w = numerics.unpack_int8(read("src2", src2, n, words, src2_stride), k)
+                out[...] = numerics.matmul(x, w.T, width, bias, gelu, scale)
+        elif aux[0] is Space.NONE:
             def run():
                 out[...] = numerics.matmul(x, read("src2", src2, n, k, src2_stride).T, width, None, gelu)
         else:

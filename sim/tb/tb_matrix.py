@@ -113,6 +113,11 @@ async def bad_instructions_raise_errors(dut):
              ErrorCode.OUT_OF_RANGE),
         ]
     cases.append(("gelu on MASKED_QK", inst, regs, set_field(inst.encode(), "flags.gelu", 1), ErrorCode.RESERVED))
+    matmul, regs = matrix_case(rng, cfg, Opcode.MATMUL)
+    word = set_field(matmul.encode(), "aux.space", Space.WBUF.value)
+    cases += [("INT8 weights: not yet in the RTL (NOT_YET_IN_RTL)", matmul, regs,
+               set_field(set_field(word, "flags.int8", 1), "aux_stride", 8), ErrorCode.RESERVED),
+              ("aux_stride without the int8 flag", matmul, regs, set_field(word, "aux_stride", 8), ErrorCode.RESERVED)]
     # weights off weight_align boundaries: their start (through R3 = 1), or their column stride
     align = cfg.weight_align
     aligned = dict(dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.ABUF, 0, 512), src2=Operand(Space.WBUF, 0, 0),
