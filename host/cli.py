@@ -201,6 +201,13 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, steps: tuple[s
     return tokenizer, prompt_ids, fields, context
 
 
+def _sim_only_int8(ctx: click.Context, weights: str, backend: str) -> None:
+    """UsageError for INT8 weights on a back end that runs the cores' RTL (rtl, alveo)."""
+    if weights == "int8" and backend != "sim":
+        raise click.UsageError("--weights int8 runs on the sim backend only: the cores' RTL does not execute INT8 "
+                               "weights yet (their MATMULs end with error RESERVED); use --backend sim", ctx)
+
+
 def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, context: int, where: str,
                  hint: str) -> None:
     """UsageError naming `option` and the values it may take when the prompt and `value` new positions exceed the
@@ -262,9 +269,7 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
                       "--backend reference")
         if backend != "rtl":
             reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
-        if weights == "int8" and backend != "sim":
-            raise click.UsageError("--weights int8 runs on the sim backend only: the cores' RTL does not execute INT8 "
-                                   "weights yet (their MATMULs end with error RESERVED); use --backend sim", ctx)
+        _sim_only_int8(ctx, weights, backend)
         arch = arch_config(config_name, cards)
         config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
         if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
@@ -328,6 +333,9 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
               help=f"context the image is compiled for  [default: {MAX_CONTEXT}, or the model's positions if fewer]")
 @click.option("--max-rows", type=click.IntRange(1, None), default=None,
               help="tokens per prompt run (default: as many as the activation buffer holds)")
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True,
+              help="the appliance's matrix weights: int8 = W8A16 (sim backend), compared with the same model quantised "
+                   "in PyTorch")
 @click.option("--all-runs", is_flag=True, help="one table row per run and probe instead of the worst over runs")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the full report (every probe, card and run) as JSON: a new file, or one that an "
@@ -335,8 +343,8 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
 @debug_option
 @click.pass_context
 def check_command(ctx: click.Context, prompt: str, model: str, backend: str, config_name: str, cards: int | None,
-                  simulator: str, steps: int, max_context: int | None, max_rows: int | None, all_runs: bool,
-                  json_path: str | None) -> None:
+                  simulator: str, steps: int, max_context: int | None, max_rows: int | None, weights: str,
+                  all_runs: bool, json_path: str | None) -> None:
     """Compare the compiled programs on a device with the PyTorch FP32 reference, layer by layer.
 
     Runs PROMPT and then STEPS teacher-forced decode steps, snapshots every probed value (embedding, LN1, QKV,
@@ -347,6 +355,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     the instruction."""
     if backend != "rtl":
         reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
+    _sim_only_int8(ctx, weights, backend)
     arch = arch_config(config_name, cards)
     if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
         from ringgpt.host.alveo import check_boards
@@ -355,7 +364,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
         check_report_target(json_path)
     _, prompt_ids, _, context = _preflight(prompt, model, SamplingConfig(max_new_tokens=max(steps, 1)),
                                            ("--steps", steps, 0), max_context=max_context, arch=arch,
-                                           max_rows=max_rows)
+                                           max_rows=max_rows, weights=weights)
     import torch
     from rich.console import Console
     from rich.text import Text
@@ -363,7 +372,7 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     from ringgpt.host import check, check_report
     from ringgpt.host.compiler import compile_model
     from ringgpt.host.device import open_device
-    from ringgpt.host.reference.models import load_model
+    from ringgpt.host.reference.models import int8_model, load_model
     from ringgpt.host.runtime import cached_image
 
     status = _status_console()
@@ -371,14 +380,16 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     net = load_model(model, dtype=torch.float32)
     with status.status(Text(f"compiling {model} for {arch.name}")):
         if max_rows is None:
-            image, _ = cached_image(net, arch, context)
+            image, _ = cached_image(net, arch, context, weights=weights)
         else:
-            image = compile_model(net, arch, context, max_rows=max_rows)
+            image = compile_model(net, arch, context, max_rows=max_rows, weights=weights)
     device = open_device(backend, arch, **({"simulator": simulator} if backend == "rtl" else {}))
+    reference, against = (int8_model(net), "PyTorch FP32, the model quantised alike") if weights == "int8" else \
+        (net, "PyTorch FP32")
     try:
-        status.print(Text(f"checking {model} on {arch.name} ({device.status().name}) against PyTorch FP32: "
+        status.print(Text(f"checking {model} on {arch.name} ({device.status().name}) against {against}: "
                           f"{len(prompt_ids)} prompt tokens, {steps} decode steps", style="dim"))
-        report = check.check_layers(net, image, device, prompt_ids, decode_steps=steps)
+        report = check.check_layers(reference, image, device, prompt_ids, decode_steps=steps)
     finally:
         device.close()
     out.print(check_report.report_table(report, all_runs=all_runs, title=f"ringgpt check: {model} on {arch.name}"))

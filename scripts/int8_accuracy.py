@@ -9,7 +9,8 @@
    int8_model); the logits of every card count must be bit-identical.
 2. The bundled model's perplexity on Python text it was not trained on (its validation files: every 50th file of
    this interpreter's standard library, as scripts/train_bundled_model.py holds them out), token by token on the
-   appliance (4 u280 cards), FP16 and INT8 weights, beside PyTorch's FP32 model and its quantised copy.
+   appliance (4 u280 cards) in windows spread over them, FP16 and INT8 weights, beside PyTorch's FP32 model and its
+   quantised copy.
 
 Prints both tables and writes int8_accuracy.json to --out. About 3 minutes on 2 cores.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import time
 from pathlib import Path
 
 import click
@@ -52,14 +52,8 @@ def _training_script():
 
 
 def teacher_forced(image, prompt: list, continuation: list) -> np.ndarray:
-    """The appliance's logits after the prompt and after each continuation token but the last, fed in turn."""
-    app = Appliance(SimulatorDevice(image.config), image)
-    app.prefill(prompt)
-    rows = [app.logits()]
-    for pos, token in enumerate(continuation[:-1], start=len(prompt)):
-        app.run(pos, [token])
-        rows.append(app.logits())
-    return np.stack(rows).astype(np.float32)
+    """The appliance's logits after the prompt and after each continuation token but the last."""
+    return Appliance(SimulatorDevice(image.config), image).teacher_forced(prompt, continuation[:-1])
 
 
 def widths_case(width: str) -> dict:
@@ -83,51 +77,56 @@ def widths_case(width: str) -> dict:
     return out
 
 
-def held_out_ids(tokens: int) -> tuple[list, list]:
-    """The first `tokens` + 1 token ids of the bundled model's validation files (scripts/train_bundled_model.py: every
-    VAL_EVERY-th standard-library file, indentation as tabs, none of them trained on), and the files used."""
+EOT = 50256
+"""<|endoftext|>: joins the validation files, as in training."""
+
+
+def held_out_windows(windows: int, length: int) -> tuple[list, int]:
+    """`windows` spans of `length` + 1 token ids at even steps over the bundled model's validation tokens
+    (scripts/train_bundled_model.py: every VAL_EVERY-th standard-library file, indentation as tabs, files joined by
+    <|endoftext|>, none of them trained on), and how many validation tokens there are."""
     train = _training_script()
-    stdlib, files = train.corpus_files()
-    ids, used = [], []
+    _, files = train.corpus_files()
+    ids = []
     for path in files[::train.VAL_EVERY]:
-        ids += load_tokenizer().encode(train.tabify(path.read_text(encoding="utf-8", errors="replace")))
-        used.append(str(path.relative_to(stdlib)))
-        if len(ids) > tokens:
-            break
-    return ids[:tokens + 1], used
+        ids += load_tokenizer().encode(train.tabify(path.read_text(encoding="utf-8", errors="replace"))) + [EOT]
+    step = (len(ids) - length - 1) // max(1, windows - 1)
+    return [ids[w * step:w * step + length + 1] for w in range(windows)], len(ids)
 
 
 def nll(logits: np.ndarray, targets: list) -> float:
-    """Mean negative log-likelihood (nats) of `targets` under the rows of `logits`."""
+    """Summed negative log-likelihood (nats) of `targets` under the rows of `logits`."""
     z = torch.from_numpy(np.asarray(logits, np.float32))
-    return float(torch.nn.functional.cross_entropy(z, torch.tensor(targets)))
+    return float(torch.nn.functional.cross_entropy(z, torch.tensor(targets), reduction="sum"))
 
 
-def perplexity(tokens: int) -> dict:
+def perplexity(windows: int, length: int) -> dict:
+    """exp(mean NLL) over every predicted token of the windows, each window a sequence from position 0."""
     model = load_model("bundled", dtype=torch.float32)
-    ids, files = held_out_ids(tokens)
-    context, targets = ids[:-1], ids[1:]
-    out = {"text": files, "tokens": len(targets)}
-    with torch.inference_mode():
-        for name, net in (("pytorch_fp32", model), ("pytorch_int8", int8_model(model))):
-            out[name] = math.exp(nll(net(torch.tensor([context])).logits[0].numpy(), targets))
+    spans, total = held_out_windows(windows, length)
+    out = {"windows": windows, "window_tokens": length, "validation_tokens": total}
+    nets = {"pytorch_fp32": model, "pytorch_int8": int8_model(model)}
     config = get_config("u280", 4)
-    for weights in WEIGHT_FORMATS:
-        started = time.perf_counter()
-        logits = teacher_forced(compile_model(model, config, len(ids), weights=weights), context[:1],
-                                context[1:] + [0])     # the last token is never fed
-        out[f"appliance_{weights}"] = math.exp(nll(logits, targets))
-        out[f"appliance_{weights}_s"] = time.perf_counter() - started
-    return out
+    images = {w: compile_model(model, config, length + 1, weights=w) for w in WEIGHT_FORMATS}
+    sums = dict.fromkeys([*nets, *(f"appliance_{w}" for w in WEIGHT_FORMATS)], 0.0)
+    with torch.inference_mode():
+        for ids in spans:
+            context, targets = ids[:-1], ids[1:]
+            for name, net in nets.items():
+                sums[name] += nll(net(torch.tensor([context])).logits[0].numpy(), targets)
+            for weights, image in images.items():
+                sums[f"appliance_{weights}"] += nll(teacher_forced(image, context[:1], context[1:] + [0]), targets)
+    return out | {name: math.exp(value / (windows * length)) for name, value in sums.items()}
 
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False), default="out", show_default=True)
-@click.option("--tokens", type=int, default=256, show_default=True, help="held-out tokens the perplexity runs over")
-def main(out: str, tokens: int) -> None:
+@click.option("--windows", type=int, default=8, show_default=True, help="held-out windows the perplexity runs over")
+@click.option("--window", type=int, default=128, show_default=True, help="tokens a window predicts")
+def main(out: str, windows: int, window: int) -> None:
     """INT8 against FP16 weights: logits errors at GPT-2's widths on 1-4 cards, and the bundled model's perplexity."""
     widths = {width: widths_case(width) for width in WIDTHS}
-    ppl = perplexity(tokens)
+    ppl = perplexity(windows, window)
     console = Console(width=160)
     t = Table(title="logits relative RMS error, one layer at GPT-2's widths (u280, 1-4 cards)")
     for column in ("width", "FP16 vs FP32", "INT8 vs quantised PyTorch", "INT8 vs FP32", "greedy equal",
@@ -140,7 +139,8 @@ def main(out: str, tokens: int) -> None:
                   str(r["fp16"]["greedy_tokens_equal"] and r["int8"]["greedy_tokens_equal"]),
                   str(r["fp16"]["identical_across_cards"] and r["int8"]["identical_across_cards"]))
     console.print(t)
-    p = Table(title=f"bundled model, perplexity over {ppl['tokens']} held-out tokens ({', '.join(ppl['text'])})")
+    p = Table(title=f"bundled model, perplexity over {windows} windows of {window} tokens spread over its "
+                    f"{ppl['validation_tokens']:,} validation tokens (held out of training)")
     for column in ("PyTorch FP32", "appliance FP16", "PyTorch, INT8-quantised", "appliance INT8"):
         p.add_column(column, justify="right")
     p.add_row(*(f"{ppl[k]:.3f}" for k in ("pytorch_fp32", "appliance_fp16", "pytorch_int8", "appliance_int8")))

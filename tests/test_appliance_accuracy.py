@@ -32,16 +32,6 @@ BUNDLED_PROMPTS = [  # the bundled model's corpus is indented with tabs
 ]
 
 
-def teacher_forced_logits(appliance: Appliance, prompt: list, continuation: list) -> np.ndarray:
-    """The appliance's logits after the prompt and after each continuation token fed back in turn."""
-    appliance.prefill(prompt)
-    rows = [appliance.logits()]
-    for pos, token in enumerate(continuation, start=len(prompt)):
-        appliance.run(pos, [token])
-        rows.append(appliance.logits())
-    return np.stack(rows)
-
-
 @pytest.mark.skipif(not (BUNDLED_MODEL_DIR / "config.json").is_file(),
                     reason=f"the bundled model is not installed in {BUNDLED_MODEL_DIR}")
 def test_bundled_model_greedy_tokens_match_the_reference_exactly():
@@ -73,7 +63,7 @@ def _synthetic_case(heads: int, layers: int, cards_list=(1, 2, 4), vocab: int = 
     for cards in cards_list:
         config = get_config(arch, cards)
         appliance = Appliance(SimulatorDevice(config), compile_model(model, config, max_context=32, max_rows=5))
-        results[cards] = teacher_forced_logits(appliance, prompt, ref.generated_ids[:steps])
+        results[cards] = appliance.teacher_forced(prompt, ref.generated_ids[:steps])
         error = relative_rms(results[cards], ref.logits)
         assert error <= LOGITS_BOUND, f"{heads} heads on {cards} cards: logits error {error:.2e}"
     first = results[cards_list[0]]
@@ -107,6 +97,6 @@ def test_gpt2_124m_on_four_cards_within_bound():
     for cards in (1, 4):
         config = get_config("u280", cards)
         appliance = Appliance(SimulatorDevice(config), compile_model(model, config, max_context=64))
-        results[cards] = teacher_forced_logits(appliance, prompt, ref.generated_ids[:3])
+        results[cards] = appliance.teacher_forced(prompt, ref.generated_ids[:3])
         assert relative_rms(results[cards], ref.logits) <= LOGITS_BOUND
     assert np.array_equal(results[1], results[4])

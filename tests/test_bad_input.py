@@ -136,6 +136,7 @@ GENERATE_CASES = [  # (arguments after `ringgpt generate`, phrase of the one err
      "the weight buffer (524,288 words) cannot hold one head's keys and V^T for max_context=1024"),
 ]
 CHECK_CASES = [
+    (["--weights", "int8", "--backend", "rtl", "--config", "sim-small"], "--weights int8 runs on the sim backend only"),
     (["--json", "/nonexistent/dir/report.json"], "the folder /nonexistent/dir does not exist"),
     (["--json", "data"], "'data' is a directory"),
     (["--model", TINY, "--max-context", "5000"], "--max-context 5000 exceeds the model's 1024 positions"),

@@ -240,14 +240,23 @@ def test_unknown_weight_format_is_a_clear_error(tiny):
         compile_model(tiny, get_config("sim-small", 1), 32, weights="int4")
 
 
+def test_check_compares_each_layer_with_the_quantised_model(tiny):
+    """ringgpt check's comparison (host/check.py) of an INT8 image with int8_model: every probe within its bound; with
+    the unquantised model as the reference the QKV probe alone is already off by the quantisation's error."""
+    from ringgpt.host.check import check_layers
+    cfg = get_config("sim-small", 2)
+    image = compile_model(tiny, cfg, 32, weights="int8")
+    report = check_layers(int8_model(tiny), image, SimulatorDevice(cfg), [5, 17, 42], decode_steps=2)
+    assert report.passed, report.verdict()
+    unquantised = check_layers(tiny, image, SimulatorDevice(cfg), [5, 17, 42], decode_steps=2)
+
+    def qkv(r):
+        return max(p.rel_rms for p in r.results if p.name == "L0.qkv")
+    assert qkv(unquantised) > 5 * qkv(report)
+
+
 def appliance_logits(image, prompt: list, continuation: list) -> np.ndarray:
-    app = Appliance(SimulatorDevice(image.config), image)
-    app.prefill(prompt)
-    rows = [app.logits()]
-    for pos, token in enumerate(continuation[:-1], start=len(prompt)):
-        app.run(pos, [token])
-        rows.append(app.logits())
-    return np.stack(rows)
+    return Appliance(SimulatorDevice(image.config), image).teacher_forced(prompt, continuation[:-1])
 
 
 @pytest.mark.parametrize("width,cards_list", [("124m", (1, 4)), ("345m", (1, 3)), ("774m", (2,)), ("1.5b", (1, 2))])

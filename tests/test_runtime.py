@@ -64,6 +64,13 @@ def test_greedy_generation_matches_the_reference(model, image):
     assert check.logits_rel_rms < 1e-2
 
 
+def test_teacher_forced_logits_are_a_generations_own(image):
+    """Feeding a greedy generation's tokens back gives the logits it chose them from, bit for bit."""
+    result = appliance(image).generate(PROMPT, SamplingConfig(max_new_tokens=5, stop_at_eos=False))
+    rows = appliance(image).teacher_forced(PROMPT, result.generated_ids[:-1])
+    assert rows.shape == result.logits.shape and np.array_equal(rows, result.logits)
+
+
 def test_eos_stops_generation(model):
     free = appliance(compile_model(model, get_config("u280", 1), 32)).generate(
         PROMPT, SamplingConfig(max_new_tokens=8, stop_at_eos=False)).generated_ids

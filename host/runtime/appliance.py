@@ -129,6 +129,16 @@ class Appliance:
         ids = list(prompt_ids)
         return [self.run(pos + start, ids[start:start + self.max_rows]) for start in range(0, len(ids), self.max_rows)]
 
+    def teacher_forced(self, prompt_ids, fed_ids) -> np.ndarray:
+        """The logits (float32, one row a step) after the prompt and after each of `fed_ids` in turn, one decode run
+        each: what a generation that chose `fed_ids` saw, to compare with a reference's teacher-forced logits."""
+        self.prefill(prompt_ids)
+        rows = [self.logits()]
+        for pos, token in enumerate(fed_ids, start=len(prompt_ids)):
+            self.run(pos, [token])
+            rows.append(self.logits())
+        return np.stack(rows)
+
     def check_request(self, prompt_ids, cfg: SamplingConfig) -> None:
         """Raises PromptError / SamplingConfigError for requests this image cannot serve."""
         validate_prompt(prompt_ids, cfg, vocab_size=self.vocab_size, context=self.max_context,
