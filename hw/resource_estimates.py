@@ -37,7 +37,9 @@ from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.fp16_mul import FP16MulCore, FP16Multiplier
 from ringgpt.hw.arith.fp32_add import FP32AddCore, FP32Adder
 from ringgpt.hw.arith.fp32_mul import FP32IntMultiplier
+from ringgpt.hw.arith.int8_tile import Int8Tile
 from ringgpt.hw.arith.mac_tree import MacTree, MacTreeCore
+from ringgpt.hw.numerics import INT8_TILE_ROWS
 from ringgpt.hw.arith.max_tree import MaxTree, MaxTreeCore
 from ringgpt.hw.arith.special import SpecialFunction, SpecialFunctionCore
 from ringgpt.hw.arith.to_fp16 import ToFP16, ToFP16Core
@@ -55,6 +57,7 @@ SRL_CELLS = ("SRL16E", "SRLC16E", "SRLC32E")
 def units() -> dict:
     """Constructors of the units to estimate, by report name, at the u280 preset's widths."""
     u280 = get_config("u280")
+    int8_tile = INT8_TILE_ROWS * u280.mac_width
     found = {
         "FP16Multiplier": FP16Multiplier,
         "FP32Adder": FP32Adder,
@@ -63,6 +66,7 @@ def units() -> dict:
         f"MaxTree({u280.vector_width})": lambda: MaxTree(u280.vector_width),
         f"TileAccumulator({FP32AddCore.latency})": lambda: TileAccumulator(FP32AddCore.latency),
         f"MacTree({u280.mac_width})": lambda: MacTree(u280.mac_width),
+        f"Int8Tile({int8_tile})": lambda: Int8Tile(int8_tile),
     }
     for name in ("exp", "recip", "rsqrt", "gelu"):
         found[f"SpecialFunction({name})"] = lambda name=name: SpecialFunction(name)
