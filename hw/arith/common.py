@@ -138,3 +138,26 @@ def register_fp32_result(m: Module, out: Value, *, nan: Value, inf: Value, zero:
         m.d.sync += out.eq(Cat(Const(0, 31), zero_sign))
     with m.Else():
         m.d.sync += out.eq(packed)
+
+
+def round_sum_to_fp32(m: Module, out: Value, total: Value, top: Value, exp_offset: int, flags: dict,
+                      flags_delay: int) -> None:
+    """The last two stages of a tree's exact integer sum (the MAC tree's, the INT8 tile's): `total` (signed) stands
+    for total * 2**(top + exp_offset - 127), FP32 biased exponent top + exp_offset + the index of its leading one.
+    Registers its magnitude's leading and trailing zeros, then into `out` the rounded FP32 (RNE, the sticky bit
+    from the trailing zeros), or from `flags` (nan, inf, inf_sign, all_neg_zero, delayed `flags_delay` cycles to
+    the output) the canonical NaN, a signed Inf, or a signed zero for a zero sum."""
+    magnitude = Signal(unsigned(len(total) - 1), name="magnitude")
+    m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
+    n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
+               trailing=trailing_zeros(m, magnitude, name="trailing"), zero=total == 0, top=top)
+    normalised = Signal(len(magnitude), name="normalised")
+    m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
+    exp = n1["top"] + (len(magnitude) - 1 + exp_offset) - n1["lz"]
+    # a set bit below the guard bit (bit len - 25 of `normalised`): the lowest one, shifted up by lz, lies below it
+    sticky = n1["trailing"] + n1["lz"] < len(magnitude) - 25
+    packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed", sticky=sticky)
+    late = delay(m, Cat(flags["nan"], flags["inf"], flags["inf_sign"], flags["all_neg_zero"]), flags_delay,
+                 name="flags")
+    register_fp32_result(m, out, nan=late[0], inf=late[1], zero=n1["zero"], sign=late[2], zero_sign=late[3],
+                         packed=packed)

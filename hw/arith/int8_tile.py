@@ -3,13 +3,12 @@ W8A16): the activations aligned to the tile's largest, exact integer products an
 rounding to FP32. No exponent per product: an INT8 weight has none, so the alignment (stage 1 and the exponents'
 maximum, `_align`) depends on the activations alone and is the same for every lane; in the matrix unit one copy
 serves all mpu_lanes lanes, each of which keeps only its products and its tree (`_dot`)."""
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
-from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, leading_zeros, register, \
-    register_fp32_result, round_pack_fp32, stage, trailing_zeros
+from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, register, round_sum_to_fp32, stage
 from .mac_tree import reduce_tree, tree_stages
 from .stream import Streamed
 
@@ -105,19 +104,8 @@ class Int8TileCore(wiring.Component):
         wait = tree_stages(W)
         total = register(m, reduce_tree(m, products, lambda a, b: a + b, name="sum"),
                          signed(_PRODUCT + W.bit_length() + 1), name="total")
-        e_top = delay(m, emax, wait + 2, name="emax_s")
-        magnitude = Signal(unsigned(_PRODUCT + W.bit_length()), name="total_magnitude")
-        m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
-        n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
-                   trailing=trailing_zeros(m, magnitude, name="trailing"), zero=total == 0, emax=e_top)
-        normalised = Signal(len(magnitude), name="normalised")
-        m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
-        exp = n1["emax"] + (len(magnitude) - 1 + _EXP_OFFSET) - n1["lz"]
-        sticky = n1["trailing"] + n1["lz"] < len(magnitude) - 25
-        packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed", sticky=sticky)
-        late = delay(m, Cat(*flags.values()), self.latency - 2, name="flags")
-        register_fp32_result(m, self.o, nan=late[0], inf=late[1], zero=n1["zero"], sign=late[2],
-                             zero_sign=late[3], packed=packed)
+        round_sum_to_fp32(m, self.o, total, delay(m, emax, wait + 2, name="emax_s"), _EXP_OFFSET, flags,
+                          self.latency - 2)
 
 
 class Int8Tile(Streamed):

@@ -1,13 +1,12 @@
 """MAC tree: one matrix-unit lane, and the vector unit's VSUM/VDOT. `width` exact FP16 products summed by block
 alignment (`numerics.tile_sums`): integer products, aligned to the tile's largest exponent sum, one integer adder
 tree, one rounding to FP32. No floating-point adder inside the tree."""
-from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .. import numerics as nx
-from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, leading_zeros, register, \
-    register_fp32_result, round_pack_fp32, stage, trailing_zeros
+from .common import FP16, FP16_EXP_MAX, FP32, check_power_of_two, delay, register, round_sum_to_fp32, stage
 from .stream import Streamed
 
 LEVELS_PER_STAGE = 2
@@ -121,20 +120,7 @@ class MacTreeCore(wiring.Component):
                          signed(_ALIGNED + W.bit_length() + 1), name="total")
         q_top = delay(m, qmax_a, wait + 1, name="qmax_s")
 
-        # magnitude and leading zeros, then rounding
-        magnitude = Signal(unsigned(_ALIGNED + W.bit_length()), name="magnitude")
-        m.d.comb += magnitude.eq(Mux(total < 0, -total, total))
-        n1 = stage(m, "n1", magnitude=magnitude, lz=leading_zeros(m, magnitude, name="lz"), sign=total < 0,
-                   trailing=trailing_zeros(m, magnitude, name="trailing"), zero=total == 0, qmax=q_top)
-        normalised = Signal(len(magnitude), name="normalised")
-        m.d.comb += normalised.eq(n1["magnitude"] << n1["lz"])
-        exp = n1["qmax"] + (len(magnitude) - 1 + _EXP_OFFSET) - n1["lz"]
-        # a set bit below the guard bit (bit len - 25 of `normalised`): the lowest one, shifted up by lz, lies below it
-        sticky = n1["trailing"] + n1["lz"] < len(magnitude) - 25
-        packed = round_pack_fp32(m, n1["sign"], exp, normalised, name="packed", sticky=sticky)
-        late = delay(m, Cat(*flags.values()), self.latency - 2, name="flags")
-        register_fp32_result(m, self.o, nan=late[0], inf=late[1], zero=n1["zero"], sign=late[2],
-                             zero_sign=late[3], packed=packed)
+        round_sum_to_fp32(m, self.o, total, q_top, _EXP_OFFSET, flags, self.latency - 2)
         return m
 
 
