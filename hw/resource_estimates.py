@@ -37,7 +37,7 @@ from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.fp16_mul import FP16MulCore, FP16Multiplier
 from ringgpt.hw.arith.fp32_add import FP32AddCore, FP32Adder
 from ringgpt.hw.arith.fp32_mul import FP32IntMultiplier
-from ringgpt.hw.arith.int8_tile import Int8Tile
+from ringgpt.hw.arith.int8_tile import Int8LaneCore, Int8Tile
 from ringgpt.hw.arith.mac_tree import MacTree, MacTreeCore
 from ringgpt.hw.numerics import INT8_TILE_ROWS
 from ringgpt.hw.arith.max_tree import MaxTree, MaxTreeCore
@@ -67,6 +67,7 @@ def units() -> dict:
         f"TileAccumulator({FP32AddCore.latency})": lambda: TileAccumulator(FP32AddCore.latency),
         f"MacTree({u280.mac_width})": lambda: MacTree(u280.mac_width),
         f"Int8Tile({int8_tile})": lambda: Int8Tile(int8_tile),
+        f"Int8LaneCore({int8_tile})": lambda: Int8LaneCore(int8_tile),
     }
     for name in ("exp", "recip", "rsqrt", "gelu"):
         found[f"SpecialFunction({name})"] = lambda name=name: SpecialFunction(name)

@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from ringgpt.hw import numerics as nx
-from ringgpt.hw.arith.int8_tile import Int8Tile, Int8TileCore
+from ringgpt.hw.arith.int8_tile import Int8LaneCore, Int8Tile, Int8TileCore
 from ringgpt.hw.config import get_config
 from ringgpt.sim.cocotb_support.runner import Design
 from ringgpt.sim.tb.tb_int8_tile import case
@@ -26,6 +26,11 @@ def test_latency_is_two_trees_and_six_stages_plus_fifo(width, latency):
     """1 (split) + 2 x ceil(log2(width) / 2) (exponent maximum, adder tree) + 5 (align, multiply, sum, normalise,
     round) + 1 (FIFO)."""
     assert Int8Tile(width).latency == latency
+
+
+def test_a_lane_alone_is_the_tile_less_its_aligner():
+    """Int8LaneCore (what each matrix-unit lane keeps): the products, the adder tree and 3 stages after it."""
+    assert [Int8LaneCore(w).latency for w in (2, 16, 128)] == [5, 6, 8]
 
 
 def test_int8_tile_bit_exact_in_amaranth_simulation():

@@ -1,9 +1,10 @@
 """INT8 tile: one matrix-unit lane's sum of a tile of INT8 weights times FP16 activations (`numerics.int8_tile_sums`,
 W8A16): the activations aligned to the tile's largest, exact integer products and an integer adder tree, one
 rounding to FP32. No exponent per product: an INT8 weight has none, so the alignment (stage 1 and the exponents'
-maximum, `_align`) depends on the activations alone and is the same for every lane; in the matrix unit one copy
-serves all mpu_lanes lanes, each of which keeps only its products and its tree (`_dot`)."""
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+maximum, in `Int8TileCore`) depends on the activations alone and is the same for every lane; in the matrix unit one
+copy serves all mpu_lanes lanes, each of which keeps only its products, flags and tree (`lane_sum`,
+`Int8LaneCore`)."""
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -32,15 +33,71 @@ def int8_tile_latency(width: int) -> int:
     return 2 * tree_stages(width) + 6
 
 
+ACTIVATION_CLASS = data.StructLayout({"nan": 1, "inf": 1, "zero": 1, "sign": 1})
+"""What a lane needs of each activation besides its aligned value: the specials and the sign of a zero product."""
+
+
+def int8_lane_operands(width: int) -> data.StructLayout:
+    """Payload of one lane of an INT8 tile: the aligned activations (signed), their classes, the tile's emax (all
+    three shared by the lanes) and the lane's weights."""
+    return data.StructLayout({"a": data.ArrayLayout(signed(_ALIGNED + 1), width),
+                              "cls": data.ArrayLayout(ACTIVATION_CLASS, width),
+                              "emax": unsigned(nx.FP16_EXP_BITS), "q": data.ArrayLayout(INT8, width)})
+
+
+def int8_lane_latency(width: int) -> int:
+    """Cycles of Int8LaneCore(width): the products, the adder tree, the sum register, normalise, round."""
+    return tree_stages(width) + 4
+
+
+def lane_sum(m: Module, out, aligned: list, classes: list, emax, weights: list) -> None:
+    """One lane of an INT8 tile into `out` (FP32), int8_lane_latency(len(aligned)) cycles after its operands: the
+    products of the aligned activations and the weights (25 x 8 bits, registered: a DSP48E2) beside the lane's flags
+    (a NaN activation, Inf x 0, +Inf and -Inf products, every product -0), the integer adder tree, the rounding."""
+    products, nan, inf_pos, inf_neg, neg_zero = [], [], [], [], []
+    for j, (a, c, q) in enumerate(zip(aligned, classes, weights)):
+        zero_q, neg = q == 0, c.sign ^ (q < 0)
+        products.append(register(m, a * q, signed(_PRODUCT + 1), name=f"product{j}"))
+        nan.append(c.nan | (c.inf & zero_q))
+        inf_pos.append(c.inf & ~zero_q & ~neg)
+        inf_neg.append(c.inf & ~zero_q & neg)
+        neg_zero.append((c.zero | zero_q) & neg)
+    inf_pos, inf_neg = Cat(*inf_pos).any(), Cat(*inf_neg).any()
+    flags = stage(m, "lane_flags", nan=Cat(*nan).any() | (inf_pos & inf_neg), inf=inf_pos | inf_neg,
+                  inf_sign=inf_neg, all_neg_zero=Cat(*neg_zero).all())
+    wait = tree_stages(len(aligned))
+    total = register(m, reduce_tree(m, products, lambda a, b: a + b, name="sum"),
+                     signed(_PRODUCT + len(aligned).bit_length() + 1), name="total")
+    round_sum_to_fp32(m, out, total, delay(m, emax, wait + 2, name="emax_s"), _EXP_OFFSET, flags, wait + 2)
+
+
+class Int8LaneCore(wiring.Component):
+    """Free-running lane of an INT8 tile, the part each matrix-unit lane keeps (`lane_sum`), its activations aligned
+    by a shared aligner: `o` = int8_tile_sums of the activations the inputs stand for and i.q, FP32.
+    `latency` = tree_stages(width) + 4 cycles."""
+
+    def __init__(self, width: int):
+        check_power_of_two("INT8 tile", width)
+        self.width = width
+        self.latency = int8_lane_latency(width)
+        super().__init__({"i": In(int8_lane_operands(width)), "o": Out(FP32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        lane_sum(m, self.o, [self.i.a[j] for j in range(W)], [self.i.cls[j] for j in range(W)], self.i.emax,
+                 [self.i.q[j] for j in range(W)])
+        return m
+
+
 class Int8TileCore(wiring.Component):
-    """Free-running INT8 tile: `o` = int8_tile_sums(i.x, i.q), FP32.
+    """Free-running INT8 tile: `o` = int8_tile_sums(i.x, i.q), FP32: the shared aligner and one lane.
 
     Stage 1 splits each activation into its significand (11 bits, subnormals without hidden bit, zero for Inf and
-    NaN) and exponent field (subnormals 1) and reduces the lane's NaN, Inf x 0, +-Inf and -0 flags with the
-    weights. Then emax, the largest exponent of the nonzero activations (a max tree); each activation aligned to it,
-    significand << INT8_GUARD_BITS >> (emax - e), signed; its exact product with the weight (25 x 8 bits: a DSP48E2);
-    the integer adder tree; the sum's magnitude, leading and trailing zeros; FP32 rounding (RNE) and packing.
-    `latency` = 2 * tree_stages(width) + 6 cycles (20 at width 128); one tile per cycle.
+    NaN), exponent field (subnormals 1) and class (NaN, Inf, zero, sign). Then emax, the largest exponent of the
+    nonzero activations (a max tree); each activation aligned to it, significand << INT8_GUARD_BITS >> (emax - e),
+    signed; then the lane (`lane_sum`).
+    `latency` = 2 * tree_stages(width) + 6 cycles (14 at width 128); one tile per cycle.
     """
 
     def __init__(self, width: int):
@@ -51,61 +108,34 @@ class Int8TileCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        aligned, weights, emax, flags = self._align(m)
-        self._dot(m, aligned, weights, emax, flags)
-        return m
-
-    def _align(self, m: Module) -> tuple:
-        """The activations aligned to the tile's largest (signed, `tree_stages + 2` cycles after the input), the
-        weights and emax beside them, and the lane's flags (registered at stage 1)."""
         W = self.width
-        sigs, exps, signs, live, weights = [], [], [], [], []
-        nan, inf_zero, inf_pos, inf_neg, neg_zero = [], [], [], [], []
+        sigs, exps, classes, live, weights = [], [], [], [], []
         for j in range(W):
-            x, q = self.i.x[j], self.i.q[j]
-            special = x.exp == FP16_EXP_MAX
-            zero_x, zero_q = (x.exp == 0) & (x.mant == 0), q == 0
-            neg = x.sign ^ (q < 0)
+            x = self.i.x[j]
+            special, zero = x.exp == FP16_EXP_MAX, (x.exp == 0) & (x.mant == 0)
             s1 = stage(m, f"s1_{j}", sig=Mux(special, 0, Cat(x.mant, x.exp != 0)), exp=Mux(x.exp == 0, 1, x.exp),
-                       sign=x.sign, live=~special & ~zero_x, q=q)
+                       cls=Cat(special & (x.mant != 0), special & (x.mant == 0), zero, x.sign),
+                       live=~special & ~zero, q=self.i.q[j])
             sigs.append(s1["sig"])
             exps.append(s1["exp"])
-            signs.append(s1["sign"])
+            classes.append(s1["cls"])
             live.append(s1["live"])
             weights.append(s1["q"])
-            nan.append(special & (x.mant != 0))
-            inf = special & (x.mant == 0)
-            inf_zero.append(inf & zero_q)
-            inf_pos.append(inf & ~zero_q & ~neg)
-            inf_neg.append(inf & ~zero_q & neg)
-            neg_zero.append((zero_x | zero_q) & neg)
-        inf_pos, inf_neg = Cat(*inf_pos).any(), Cat(*inf_neg).any()
-        flags = stage(m, "s1_flags", nan=Cat(*nan).any() | Cat(*inf_zero).any() | (inf_pos & inf_neg),
-                      inf=inf_pos | inf_neg, inf_sign=inf_neg, all_neg_zero=Cat(*neg_zero).all())
         top = reduce_tree(m, [Mux(ok, e, 1) for ok, e in zip(live, exps)], lambda a, b: Mux(a > b, a, b),
                           name="emax")
         wait = tree_stages(W)
-        out = []
+        aligned = []
         for j in range(W):
             sig = delay(m, sigs[j], wait, name=f"sig{j}")
             e = delay(m, exps[j], wait, name=f"exp{j}")
-            sign = delay(m, signs[j], wait, name=f"sign{j}")
+            sign = delay(m, classes[j][3], wait, name=f"sign{j}")
             magnitude = Signal(_ALIGNED, name=f"magnitude{j}")
             m.d.comb += magnitude.eq((sig << nx.INT8_GUARD_BITS) >> (top - e).as_unsigned())
-            out.append(register(m, Mux(sign, -magnitude, magnitude), signed(_ALIGNED + 1), name=f"aligned{j}"))
-        weights = [delay(m, q, wait + 1, name=f"q{j}") for j, q in enumerate(weights)]
-        return out, weights, register(m, top, name="emax_a"), flags
-
-    def _dot(self, m: Module, aligned: list, weights: list, emax, flags: dict) -> None:
-        """The products, their exact sum, and its rounding to FP32 into `o`."""
-        W = self.width
-        products = [register(m, a * q, signed(_PRODUCT + 1), name=f"product{j}")
-                    for j, (a, q) in enumerate(zip(aligned, weights))]
-        wait = tree_stages(W)
-        total = register(m, reduce_tree(m, products, lambda a, b: a + b, name="sum"),
-                         signed(_PRODUCT + W.bit_length() + 1), name="total")
-        round_sum_to_fp32(m, self.o, total, delay(m, emax, wait + 2, name="emax_s"), _EXP_OFFSET, flags,
-                          self.latency - 2)
+            aligned.append(register(m, Mux(sign, -magnitude, magnitude), signed(_ALIGNED + 1), name=f"aligned{j}"))
+        lane_classes = [ACTIVATION_CLASS(delay(m, c, wait + 1, name=f"cls{j}")) for j, c in enumerate(classes)]
+        lane_weights = [delay(m, q, wait + 1, name=f"q{j}") for j, q in enumerate(weights)]
+        lane_sum(m, self.o, aligned, lane_classes, register(m, top, name="emax_a"), lane_weights)
+        return m
 
 
 class Int8Tile(Streamed):
