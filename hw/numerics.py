@@ -329,8 +329,8 @@ INT8_LIMIT = 127
 def quantize_int8(w) -> tuple[np.ndarray, np.ndarray]:
     """W8A16 weights (q, scale) of w (K, N): one FP16 scale per output column, the column's largest magnitude
     / 127 rounded to FP16 (at least the smallest FP16 subnormal; 1 for an all-zero column), and each weight
-    round(w / scale) to nearest even, clipped to +-127. A column's scale enters after its k-sum (`matmul`), so
-    the MAC tree multiplies FP16 activations by small integers and nothing else changes inside it."""
+    round(w / scale) to nearest even, clipped to +-127. A column's scale enters once, after its k-sum (`matmul`), so
+    nothing inside an INT8 tile depends on it."""
     w = np.asarray(w, np.float32)
     if w.ndim != 2:
         raise ValueError(f"quantize_int8 takes a (K, N) weight matrix, got shape {w.shape}")
@@ -351,12 +351,23 @@ the tile's activations, aligned once for every lane, are integers of at most 11 
 accumulator; exact in float64 too)."""
 
 
-def _int8_grid(x: np.ndarray) -> np.ndarray:
-    """2**(emax - 25 - INT8_GUARD_BITS) per tile (x: (..., T) FP16): the grid its activations are truncated to, emax
-    the largest exponent field among the tile's nonzero finite activations (subnormals as 1; 1 for none)."""
+INT8_GRID_SHIFT = FP16_BIAS + FP16_MAN_BITS + INT8_GUARD_BITS
+"""An INT8 tile's grid is 2**(emax - INT8_GRID_SHIFT): INT8_GUARD_BITS below the least significant bit of an FP16
+value of exponent field emax."""
+
+
+def _int8_emax(x: np.ndarray) -> np.ndarray:
+    """The largest exponent field among each tile's nonzero finite activations (x: (..., T) FP16; subnormals as 1;
+    1 for none), keeping the tile axis."""
     sig, exp, _, _, _, _ = _fp16_operands(x)
-    emax = np.max(np.where(sig != 0, exp, 1), axis=-1, keepdims=True)
-    return np.ldexp(1.0, emax - FP16_BIAS - FP16_MAN_BITS - INT8_GUARD_BITS)
+    if x.shape[-1] == 0:
+        return np.ones(x.shape[:-1] + (1,), np.int64)
+    return np.max(np.where(sig != 0, exp, 1), axis=-1, keepdims=True)
+
+
+def _int8_grid(x: np.ndarray) -> np.ndarray:
+    """2**(emax - INT8_GRID_SHIFT) per tile (x: (..., T) FP16): the grid its activations are truncated to."""
+    return np.ldexp(1.0, _int8_emax(x) - INT8_GRID_SHIFT)
 
 
 def int8_tile_sums(x, q) -> np.ndarray:
@@ -394,7 +405,7 @@ def int8_matmul_acc(rows, q, width: int) -> np.ndarray:
     tiles = max(1, -(-k // tile))
     found = native.int8_sums(rows, q, tile)
     total, emax = found if found is not None else _int8_sums(rows, q, tile)
-    sums = np.ldexp(total.astype(np.float64), (emax - FP16_BIAS - FP16_MAN_BITS - INT8_GUARD_BITS)[:, None, :])
+    sums = np.ldexp(total.astype(np.float64), (emax - INT8_GRID_SHIFT)[:, None, :])
     sums = sums.astype(np.float32)
     fix = (emax < 0)[:, None, :] | (total == 0)
     if fix.any():
@@ -421,11 +432,10 @@ def _int8_sums(rows: np.ndarray, q: np.ndarray, tile: int) -> tuple[np.ndarray, 
     emax = np.empty((m, tiles), np.int32)
     for t in range(tiles):
         xt, wt = rows[:, t * tile:(t + 1) * tile], q[t * tile:(t + 1) * tile]
-        sig, exp, _, _, _, _ = _fp16_operands(xt)
-        top = np.max(np.where(sig != 0, exp, 1), axis=-1, keepdims=True) if xt.shape[1] else np.ones((m, 1), np.int64)
+        top = _int8_emax(xt)
         xf = xt.astype(np.float64)
         finite = np.isfinite(xf)
-        aligned = np.trunc(np.ldexp(np.where(finite, xf, 0), FP16_BIAS + FP16_MAN_BITS + INT8_GUARD_BITS - top))
+        aligned = np.trunc(np.ldexp(np.where(finite, xf, 0), INT8_GRID_SHIFT - top))
         total[:, :, t] = (aligned @ wt.astype(np.float64)).astype(np.int64)
         emax[:, t] = np.where(finite.all(axis=-1), top[:, 0], -1)
     return total, emax
@@ -442,8 +452,8 @@ def pack_int8(q) -> np.ndarray:
 
 def unpack_int8(words, k: int) -> np.ndarray:
     """The first k INT8 weights held in FP16 words (..., ceil(k / 2)), two a word, the low byte first."""
-    words = np.asarray(words, np.float16)
-    return np.ascontiguousarray(words).view(np.uint16).astype("<u2").view(np.int8)[..., :k]
+    words = np.asarray(words, np.float16).view(np.uint16).astype("<u2", copy=False)   # no copy on little-endian hosts
+    return words.view(np.int8)[..., :k]
 
 
 def dequantize_int8(q, scale) -> np.ndarray:

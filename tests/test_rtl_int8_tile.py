@@ -1,5 +1,5 @@
 """Int8Tile RTL (hw/arith/int8_tile.py) against numerics.int8_tile_sums: in Amaranth's simulator at sim-small's INT8
-tile (16 weights) in the default suite, and as a stream under back-pressure on Verilator and Icarus (-m slow: not yet
+tile (16 weights) and at u280's (128) in the default suite, and as a stream under back-pressure on Verilator and Icarus (-m slow: not yet
 part of a unit the core builds, so CI's budget goes to the units that are)."""
 import numpy as np
 import pytest
@@ -12,6 +12,7 @@ from ringgpt.sim.cocotb_support.runner import Design
 from ringgpt.sim.tb.tb_int8_tile import case
 
 WIDTH = nx.INT8_TILE_ROWS * get_config("sim-small").mac_width
+U280_WIDTH = nx.INT8_TILE_ROWS * get_config("u280").mac_width
 ROWS = {"verilator": 20_000, "icarus": 3_000}
 
 
@@ -33,18 +34,19 @@ def test_a_lane_alone_is_the_tile_less_its_aligner():
     assert [Int8LaneCore(w).latency for w in (2, 16, 128)] == [5, 6, 8]
 
 
-def test_int8_tile_bit_exact_in_amaranth_simulation():
+@pytest.mark.parametrize("width, rows", [(WIDTH, 600), (U280_WIDTH, 60)])
+def test_int8_tile_bit_exact_in_amaranth_simulation(width, rows):
     """The testbench's vectors (every kind: spread exponents, specials, signed zeros, Inf x 0, cancellation) through
-    the free-running core, one a cycle."""
-    vectors, _, expected = case(3, 600, WIDTH)
-    dut = Int8TileCore(WIDTH)
+    the free-running core, one a cycle, at sim-small's tile and at u280's (128 weights)."""
+    vectors, _, expected = case(3, rows, width)
+    dut = Int8TileCore(width)
     got = []
 
     async def bench(ctx):
         for n in range(len(vectors) + dut.latency):
             if n < len(vectors):
                 x, q = vectors[n]
-                for j in range(WIDTH):
+                for j in range(width):
                     ctx.set(dut.i.x[j].as_value(), x[j])
                     ctx.set(dut.i.q[j], q[j])
             await ctx.tick()

@@ -18,7 +18,7 @@ _ALIGNED = nx.FP16_MAN_BITS + 1 + nx.INT8_GUARD_BITS
 """Bits of an aligned activation's magnitude: the 11-bit significand and the guard bits below it (24)."""
 _PRODUCT = _ALIGNED + 8
 """Bits of a product of an aligned activation (sign and magnitude) and a weight, signed (32 + sign)."""
-_EXP_OFFSET = nx.FP32_BIAS - nx.FP16_BIAS - nx.FP16_MAN_BITS - nx.INT8_GUARD_BITS
+_EXP_OFFSET = nx.FP32_BIAS - nx.INT8_GRID_SHIFT
 """FP32 biased exponent of a tile's sum = emax + _EXP_OFFSET + index of its leading one."""
 
 
