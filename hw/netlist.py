@@ -100,6 +100,50 @@ def _local_name(token: str, local: dict) -> str:
     return _NUMBER.sub("$", token) + "#" + local.setdefault(token, str(len(local)))
 
 
+def deduplicate(text: str) -> str:
+    """The RTLIL file `text` with one module per digest (`module_digests`): every instance of a module equal to an
+    earlier one instantiates that earlier one instead, its port connections renamed by position (equal modules'
+    ports may carry different global numbers), and the copies are left out. The design is the same; its Verilog
+    (`hw/verilog.convert`) holds each distinct module once (the u280 matrix unit's 16 MAC trees: one)."""
+    modules = split_modules(text)
+    digests = module_digests(modules)
+    first: dict[str, str] = {}
+    for name in modules:
+        first.setdefault(digests[name], name)
+
+    def port_names(name: str) -> dict[str, str]:
+        return {index: port for port, index in modules[name].port_indices().items()}
+
+    renames = {}
+    for name in modules:
+        kept = first[digests[name]]
+        if kept != name:
+            theirs = port_names(kept)
+            renames[name] = (kept, {"\\" + port: "\\" + theirs[index]
+                                    for port, index in modules[name].port_indices().items()})
+    out, keep, ports = [], True, None
+    pending: list[str] = []          # the attributes before a module line
+    for line in text.splitlines():
+        if line.startswith("attribute "):
+            pending.append(line)
+            continue
+        if line.startswith("module "):
+            keep = first[digests[line.split()[1]]] == line.split()[1]
+        if keep:
+            match = _CELL.match(line)
+            if match and match.group(1) in renames:
+                kept, ports = renames[match.group(1)]
+                line = f"  cell {kept} {match.group(2)}"
+            elif ports is not None and line.startswith("    connect "):
+                port, rest = line[len("    connect "):].split(" ", 1)
+                line = f"    connect {ports[port]} {rest}"
+            elif line == "  end":
+                ports = None
+            out += pending + [line]
+        pending = []
+    return "\n".join(out + pending) + "\n"
+
+
 def module_rtlil(modules: dict[str, RtlilModule], name: str) -> str:
     """RTLIL of module `name` as `top`, its children as black boxes (their port declarations only)."""
     module = modules[name]

@@ -2,14 +2,15 @@
 found by digest, figures summed along the hierarchy, logic levels counted on hand-made netlists, and one real Yosys
 run on a small design."""
 import json
+import subprocess
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ringgpt.hw import netlist
+from ringgpt.hw import netlist, verilog
 from ringgpt.hw.netlist_depth import SEQ, compose, module_arcs
 
 
@@ -142,3 +143,59 @@ def test_a_small_design_synthesised_module_by_module(tmp_path: Path):
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "digest": "0" * 16}))
     assert netlist.cached(tmp_path, wide_digest, version) is None
+
+
+class Subtractor(wiring.Component):
+    def __init__(self, width: int):
+        super().__init__({"a": In(width), "b": In(width), "y": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.y.eq(self.a - self.b)
+        return m
+
+
+class Crossed(wiring.Component):
+    """Four 8-bit adders and two 16-bit subtractors of their sums: the subtractors' ports carry the global numbers
+    of the narrow signals that drive them (`port$N$0`), different in each instance, so merging them must rename
+    the connections by position, and a swap would change the result."""
+    def __init__(self):
+        super().__init__({"a": In(8), "b": In(8), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        adders = [Adder(8) for _ in range(4)]
+        for index, adder in enumerate(adders):
+            m.submodules[f"adder{index}"] = adder
+            m.d.comb += [adder.a.eq(self.a + index), adder.b.eq(self.b)]
+        there, back = m.submodules.there, m.submodules.back = Subtractor(16), Subtractor(16)
+        m.d.comb += [there.a.eq(adders[0].y), there.b.eq(adders[1].y), back.a.eq(adders[2].y),
+                     back.b.eq(adders[3].y), self.y.eq(Cat(there.y, back.y))]
+        return m
+
+
+def test_deduplicate_keeps_one_module_per_digest_and_the_same_design(tmp_path: Path):
+    text = rtlil.convert(Crossed(), name="top", emit_src=False)
+    before = netlist.split_modules(text)
+    assert before["\\top.there"].ports() != before["\\top.back"].ports()          # the case that needs renaming
+    merged = netlist.deduplicate(text)
+    after = netlist.split_modules(merged)
+    assert set(after) == {"\\top", "\\top.adder0", "\\top.there"}
+    assert after["\\top"].children == {**{f"\\adder{i}": "\\top.adder0" for i in range(4)},
+                                       "\\there": "\\top.there", "\\back": "\\top.there"}
+    # the merged design is the original one: Yosys proves the flattened pair equivalent
+    (tmp_path / "gold.il").write_text(text)
+    (tmp_path / "gate.il").write_text(merged)
+    yosys, _ = netlist.yosys_command()
+    script = ("read_rtlil gold.il; hierarchy -top top; proc; flatten; rename top gold; design -stash gold; "
+              "read_rtlil gate.il; hierarchy -top top; proc; flatten; rename top gate; design -stash gate; "
+              "design -copy-from gold -as gold gold; design -copy-from gate -as gate gate; "
+              "equiv_make gold gate equiv; equiv_simple -seq 2; equiv_induct; equiv_status -assert")
+    result = subprocess.run([*yosys, "-q", "-p", script], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_verilog_holds_each_distinct_module_once():
+    text = verilog.convert(Crossed(), name="crossed")
+    assert text.count("\nmodule ") + text.startswith("module ") == 3
+    assert "module crossed(" in text

@@ -13,14 +13,15 @@ The RTL tests are `slow` (each build alone is minutes). The buffers at u280's ge
 chunks, Amaranth's simulator) live in tests/test_rtl_buffers.py, its `[u280...]` cases of the word-array, tile-port
 and grant tests (one test body for both geometries), in the default suite. Measured on the 2-core machine
 (2026-11-28) while other jobs ran beside them (load average 4 to 7: the wall times are about twice the machine's
-alone; "user" is the CPU time of the whole run), Verilator 5.049, C++ at -O0:
+alone; "user" is the CPU time of the whole run), Verilator 5.049, C++ at -O0; the matrix row on 2026-11-29 beside one
+other build, on the Verilog of `hw/verilog.convert` (each distinct module once), the others before it:
 
 | test | Verilog | Verilator's C++ | build (wall) | peak memory | run (wall) |
 |---|---:|---:|---:|---:|---:|
 | vector (pass) | 18.3 MB | 123 MB, 171 files | 16 min: conversion 3, Verilator 6 (170 s CPU), C++ 7 | 1.5 GB (Verilator) | 8.8 min |
 | router (pass, after the fix below) | 1.8 MB | 19 MB, 26 files | 3.5 min | 0.5 GB | 9.1 min (3.0 of them the regression's 20 cases) |
 | DMA (passing so far, see below) | 12.4 MB | 141 MB, 155 files | 17 min: conversion 4, Verilator 2.3, C++ 10 | 1.4 GB (Verilator) | over 40 min |
-| matrix (not run) | 18.8 MB | not reached | conversion 4.5 min; Verilator still running after 26 min wall (10 min CPU, 2.1 GB) when stopped | over 2.1 GB | |
+| matrix (pass, 2026-11-29, merged modules) | 6.1 MB (18.8 MB before `hw/verilog.convert`) | 139 MB, 223 files | 7 min: conversion 2, Verilator 2 (114 s, 1.8 GB), C++ 3 | 2.1 GB | 9 min (12 instructions) |
 | buffers, 4 u280 cases (Amaranth; now in tests/test_rtl_buffers.py) | | | | 0.1 GB | 23 s + 11 s + 20 s + 56 s |
 
 The whole vector test took 26.5 min wall, 845 s user. At Verilator's default -Os the vector unit's C++ compiled

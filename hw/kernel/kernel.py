@@ -119,9 +119,9 @@ class KernelTop(wiring.Component):
     @functools.cache
     def verilog(cfg: ArchConfig) -> str:
         """Verilog of the whole kernel for `cfg`: module `ringgpt_kernel` and its submodules."""
-        from amaranth.back import verilog
+        from ringgpt.hw.verilog import convert
 
-        return verilog.convert(KernelTop(cfg), name=KERNEL_MODULE, emit_src=False)
+        return convert(KernelTop(cfg), name=KERNEL_MODULE)
 
     def _flat(self, prefix: str, member: wiring.Member) -> SimpleNamespace:
         return SimpleNamespace(**{name[len(prefix) + 1:]: getattr(self, name) for name in flat_members(prefix, member)})

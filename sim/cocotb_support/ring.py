@@ -37,9 +37,9 @@ HARNESS_MODULE = "ringgpt_router_harness"
 
 @functools.cache
 def harness_verilog(config: str, abuf_words: int, wbuf_words: int) -> str:
-    from amaranth.back import verilog
+    from ringgpt.hw.verilog import convert
 
-    return verilog.convert(Datapath("router", config, abuf_words, wbuf_words), name=HARNESS_MODULE, emit_src=False)
+    return convert(Datapath("router", config, abuf_words, wbuf_words), name=HARNESS_MODULE)
 
 
 class RouterRing(wiring.Component):

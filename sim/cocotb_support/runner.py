@@ -1,7 +1,7 @@
 """Builds Amaranth designs for Verilator or Icarus and runs cocotb testbenches against them.
 
 A `Design` names a component class and its constructor arguments. `run_testbench` converts it to
-Verilog (`amaranth.back.verilog.convert`), builds it once per (Verilog text, simulator, waves) in
+Verilog (`hw/verilog.convert`: each distinct module once), builds it once per (Verilog text, simulator, waves) in
 `sim_build/` under the repository, and runs a cocotb test module on it with `cocotb_tools.runner`.
 The testbench rebuilds the same component from the `RINGGPT_TB_DESIGN` environment variable (see
 `ringgpt.sim.cocotb_support.bench.design`) to learn its payload layouts and latency, and reads its
@@ -18,8 +18,10 @@ import importlib
 import json
 import os
 import re
+import resource
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 SIMULATORS = ("verilator", "icarus")
@@ -171,10 +173,10 @@ def _build_environment(sim: str, waves: bool, cxx_opt: str | None = None):
 def verilog(design: Design) -> str:
     """The design's Verilog, top module `top`, followed by the modules it instantiates as black boxes (what
     its `verilog_modules()` returns, when it has that method: e.g. one core converted once for a ring)."""
-    from amaranth.back import verilog as back
+    from ringgpt.hw.verilog import convert
 
     component = design.instantiate()
-    text = back.convert(component, name=TOPLEVEL, emit_src=False)
+    text = convert(component, name=TOPLEVEL)
     modules = getattr(component, "verilog_modules", None)
     return text + modules() if modules else text
 
@@ -183,14 +185,46 @@ def waves_requested(option: bool = False) -> bool:
     return option or os.environ.get(WAVES_ENV, "") not in ("", "0")
 
 
+@functools.cache
+def _sources_digest() -> str:
+    """SHA-256 of every Python source under hw/ and sim/ (what a design's Verilog can depend on) and Amaranth's
+    version."""
+    import amaranth
+
+    digest = hashlib.sha256(amaranth.__version__.encode())
+    for path in sorted([*(ROOT / "hw").rglob("*.py"), *(ROOT / "sim").rglob("*.py")]):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _index_entry(design: Design, sim: str, waves: bool) -> Path:
+    """Where the build directory of `design` for `sim` is recorded under the digest of its sources: a design
+    whose sources have not changed is not converted again (the u280 core's conversion takes about 10 minutes)."""
+    text = f"{_sources_digest()} {design.to_json()} {design.cxx_opt} {sim} {waves}"
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    return BUILD_ROOT / "index" / key
+
+
 def build(design: Design, sim: str, *, waves: bool = False) -> Path:
     """Builds `design` for `sim` unless an identical build exists; returns the build directory.
 
     Builds are keyed by the SHA-256 of the Verilog text, the simulator and the waves switch, and
-    guarded by a lock file, so parallel test workers build each design once."""
+    guarded by a lock file, so parallel test workers build each design once. A finished build is also
+    recorded under the digest of the design's sources (`_index_entry`) and found there without converting
+    the design again. A fresh build writes `build.json` beside it: the conversion's and the simulator build's
+    seconds, the Verilog's bytes and the peak memory of this process or a child so far."""
     from cocotb_tools.runner import get_runner
 
+    entry = _index_entry(design, sim, waves)
+    try:
+        known = json.loads(entry.read_text())
+        if known["design"] == design.to_json() and (Path(known["build_dir"]) / "built.ok").exists():
+            return Path(known["build_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    started = time.perf_counter()
     text = verilog(design)
+    converted = time.perf_counter()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     opt = design.cxx_opt if sim == "verilator" else None
     build_dir = BUILD_ROOT / f"{design.label}-{digest}" / (sim + ("-waves" if waves else "") + (opt or ""))
@@ -212,8 +246,20 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
                 raise RuntimeError(f"{sim} build of {design.label} failed ({exc}); log: {log}") from None
             if verilator:
                 _keep_runtime(build_dir, waves)
+            peak_kb = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+            _write_atomically(build_dir / "build.json", json.dumps(
+                {"verilog_s": round(converted - started, 1), "verilog_bytes": len(text),
+                 "build_s": round(time.perf_counter() - converted, 1), "peak_rss_mb": round(peak_kb / 1024)}))
             done.write_text(design.to_json())
+    _write_atomically(entry, json.dumps({"design": design.to_json(), "build_dir": str(build_dir)}))
     return build_dir
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | None = None,

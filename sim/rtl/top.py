@@ -34,9 +34,9 @@ def config_of(config: str) -> ArchConfig:
 
 @functools.cache
 def core_verilog(cfg: ArchConfig) -> str:
-    from amaranth.back import verilog
+    from ringgpt.hw.verilog import convert
 
-    return verilog.convert(Core(cfg), name=CORE_MODULE, emit_src=False)
+    return convert(Core(cfg), name=CORE_MODULE)
 
 
 def lfsr_bit(m: Module, seed: int, name: str) -> Signal:
