@@ -185,14 +185,37 @@ def waves_requested(option: bool = False) -> bool:
     return option or os.environ.get(WAVES_ENV, "") not in ("", "0")
 
 
+def _module_file(name: str) -> Path | None:
+    """The source file of module `name` of this package (None for another package's)."""
+    parts = name.split(".")
+    if parts[0] != "ringgpt" or len(parts) < 2:
+        return None
+    base = ROOT / {"hw": "hw", "sim": "sim", "host": "host"}.get(parts[1], "")
+    for path in (base.joinpath(*parts[2:]).with_suffix(".py"), base.joinpath(*parts[2:], "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
 @functools.cache
-def _sources_digest() -> str:
-    """SHA-256 of every Python source under hw/ and sim/ (what a design's Verilog can depend on) and Amaranth's
-    version."""
+def _sources_digest(component: str) -> str:
+    """SHA-256 of what a design's Verilog can depend on: every Python source under hw/, the component's own module
+    and the modules of this package outside hw/ that it imports by name, and Amaranth's version."""
+    import ast
+
     import amaranth
 
+    module = component.partition(":")[0]
+    own = _module_file(module)
+    files = set((ROOT / "hw").rglob("*.py")) | {own}
+    for node in ast.walk(ast.parse(own.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = module.rsplit(".", node.level)[0] + "." if node.level else ""
+            names = [base + (node.module or "")] + [f"{base}{node.module + '.' if node.module else ''}{a.name}"
+                                                     for a in node.names]
+            files |= {path for path in map(_module_file, names) if path}
     digest = hashlib.sha256(amaranth.__version__.encode())
-    for path in sorted([*(ROOT / "hw").rglob("*.py"), *(ROOT / "sim").rglob("*.py")]):
+    for path in sorted(files):
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -200,7 +223,7 @@ def _sources_digest() -> str:
 def _index_entry(design: Design, sim: str, waves: bool) -> Path:
     """Where the build directory of `design` for `sim` is recorded under the digest of its sources: a design
     whose sources have not changed is not converted again (the u280 core's conversion takes about 10 minutes)."""
-    text = f"{_sources_digest()} {design.to_json()} {design.cxx_opt} {sim} {waves}"
+    text = f"{_sources_digest(design.component)} {design.to_json()} {design.cxx_opt} {sim} {waves}"
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     return BUILD_ROOT / "index" / key
 

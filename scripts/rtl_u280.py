@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The whole u280 core in RTL simulation: the compiler's programs for a GPT-2 of real width on the cores' RTL
+(RtlDevice: Verilator or Icarus, one core per card on a ring) and on the functional simulator, a prompt run and
+decode runs, every logit compared bit for bit, each run's cycles beside the cycle model's (sim/rtl/compare.py).
+
+    python scripts/rtl_u280.py --cards 1            # GPT-2 345M's width: n_embd 1,024, 16 heads, one layer
+
+The build is cached (sim_build/, by the Verilog's digest and by the digest of the sources that make it), so only
+the first run of a design pays for its conversion and the simulator's build; its `build.json` keeps what that took.
+Records one entry per (config, cards, model, simulator) under `runs` in docs/bench/rtl_u280.json. The model by
+default: `compare.REAL_WIDTH_MODEL` (its vocabulary reduced to 2,048 tokens, see there). Exit status 1 when a logit
+differs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from ringgpt.hw.config import get_config
+from ringgpt.sim.cocotb_support.runner import SIMULATORS
+from ringgpt.sim.rtl.compare import REAL_WIDTH_MODEL, compare_with_simulator
+
+ROOT = Path(__file__).resolve().parents[1]
+SAME_CASE = ("config", "cards", "model", "simulator")
+
+
+@click.command()
+@click.option("--config", "preset", default="u280", show_default=True)
+@click.option("--cards", type=click.IntRange(1, 4), default=1, show_default=True)
+@click.option("--model", default=REAL_WIDTH_MODEL, show_default=True)
+@click.option("--simulator", type=click.Choice(SIMULATORS), default="verilator", show_default=True)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--decode-runs", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--max-context", type=int, default=64, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=ROOT / "docs" / "bench" / "rtl_u280.json",
+              show_default=True)
+def main(preset: str, cards: int, model: str, simulator: str, prompt_tokens: int, decode_runs: int,
+         max_context: int, out: Path) -> None:
+    """Run the model on the RTL and on the functional simulator; print and record the comparison."""
+    entry = compare_with_simulator(get_config(preset, cards), model, simulator=simulator, prompt_tokens=prompt_tokens,
+                                   decode_runs=decode_runs, max_context=max_context)
+    click.echo(json.dumps(entry, indent=1))
+    try:
+        runs = json.loads(out.read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        runs = []
+    runs = [r for r in runs if any(r.get(k) != entry[k] for k in SAME_CASE)] + [entry]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps({"generated_by": "python scripts/rtl_u280.py", "runs": runs}, indent=1) + "\n")
+    partial.replace(out)
+    identical = entry["bit_identical"]
+    click.echo(f"{'PASS' if identical else 'FAIL'}: logits {'bit-identical' if identical else 'differ'}; wrote {out}")
+    raise SystemExit(0 if identical else 1)
+
+
+if __name__ == "__main__":
+    main()

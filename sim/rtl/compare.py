@@ -1,0 +1,70 @@
+"""A compiled GPT-2 run on the cores' RTL and on the functional simulator side by side: the same image, prompt
+and greedy tokens on `RtlDevice` and on `SimulatorDevice`, every logit compared bit for bit, and each run's RTL
+cycles beside the cycle model's under the simulated memories' timing (`sim.calibration.TESTBENCH`: AxiRams
+answering in 2 cycles, the ring wired directly). scripts/rtl_u280.py records it for the u280 core.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+
+from ringgpt.host.compiler import compile_model
+from ringgpt.host.reference.models import load_model
+from ringgpt.host.reference.sampling import SamplingConfig
+from ringgpt.host.runtime import Appliance
+from ringgpt.hw.config import ArchConfig
+from ringgpt.sim.calibration import TESTBENCH
+from ringgpt.sim.cocotb_support import runner
+from ringgpt.sim.functional import SimulatorDevice
+
+from .device import RtlDevice, design_of
+
+TESTBENCH_TIMING = "testbench"
+REAL_WIDTH_MODEL = "synthetic:n_layer=1,n_embd=1024,n_head=16,vocab_size=2048"
+"""GPT-2 345M's width (n_embd 1,024, 16 heads of 64) in one layer, with a vocabulary of 2,048 tokens: the LM head's
+50,257 x 1,024 weights would be 103 MB more to load into the simulated memories and about 50K more cycles a run, for
+the same MATMUL instructions as the layers' over more columns."""
+
+
+def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "verilator", prompt_tokens: int = 8,
+                           decode_runs: int = 2, max_context: int = 64) -> dict:
+    """Generates `decode_runs` + 1 tokens after a prompt of `prompt_tokens` (fixed ids) with `model` (a load_model
+    spec, seed 7) compiled for `config`, on the RTL and on the functional simulator. Returns the record of
+    scripts/rtl_u280.py's `runs` (bit_identical, per-run cycles of both, the build's figures where this process or
+    an earlier one built it, the RTL's cycles per wall second)."""
+    net = load_model(model, seed=7)
+    image = compile_model(net, config, max_context)
+    vocab = net.config.vocab_size
+    prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
+    sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
+    started = time.perf_counter()
+    build_dir = runner.build(design_of(config), simulator)
+    build_wall = time.perf_counter() - started
+    built = json.loads((build_dir / "build.json").read_text()) if (build_dir / "build.json").exists() else {}
+
+    testbench = dataclasses.replace(config, **TESTBENCH)
+    golden = Appliance(SimulatorDevice(config, timing={TESTBENCH_TIMING: testbench}), image).generate(prompt, sampling)
+    device = RtlDevice(config, simulator=simulator)
+    try:
+        result = Appliance(device, image).generate(prompt, sampling)
+    finally:
+        device.close()
+    identical = (result.generated_ids == golden.generated_ids and result.logits.shape == golden.logits.shape
+                 and np.array_equal(result.logits.view(np.uint32), golden.logits.view(np.uint32)))
+    rtl_cycles = [run.cycles for run in result.runs]
+    model_cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
+                          * testbench.clock_mhz * 1e6) for run in golden.runs]
+    wall = sum(run.wall_seconds for run in result.runs)
+    return {"config": config.name, "cards": config.cards, "model": model, "n_layer": net.config.n_layer,
+            "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,
+            "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "simulator": simulator,
+            "bit_identical": bool(identical), "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
+            "model_error_pct": [round(100 * (m - r) / r, 2) for m, r in zip(model_cycles, rtl_cycles)],
+            "build_dir": str(build_dir), "build_wall_s": round(build_wall, 1), "build_s": built.get("build_s"),
+            "verilog_s": built.get("verilog_s"),
+            "verilog_mb": round(built["verilog_bytes"] / 1e6, 1) if "verilog_bytes" in built else None,
+            "peak_rss_mb": built.get("peak_rss_mb"), "run_wall_s": round(wall, 1),
+            "cycles_per_s": round(sum(rtl_cycles) / wall, 1) if wall else None}
