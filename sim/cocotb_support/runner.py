@@ -228,6 +228,12 @@ def _index_entry(design: Design, sim: str, waves: bool) -> Path:
     return BUILD_ROOT / "index" / key
 
 
+def build_folder(design: Design, sim: str, waves: bool) -> str:
+    """The name of a build's folder inside its design's (`<label>-<16 hex digits of the Verilog's hash>`): the
+    simulator, `-waves`, and the C++ optimisation of a Verilator model where the design sets one."""
+    return sim + ("-waves" if waves else "") + ((design.cxx_opt or "") if sim == "verilator" else "")
+
+
 def build(design: Design, sim: str, *, waves: bool = False) -> Path:
     """Builds `design` for `sim` unless an identical build exists; returns the build directory.
 
@@ -250,7 +256,7 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
     converted = time.perf_counter()
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     opt = design.cxx_opt if sim == "verilator" else None
-    build_dir = BUILD_ROOT / f"{design.label}-{digest}" / (sim + ("-waves" if waves else "") + (opt or ""))
+    build_dir = BUILD_ROOT / f"{design.label}-{digest}" / build_folder(design, sim, waves)
     build_dir.mkdir(parents=True, exist_ok=True)
     done = build_dir / "built.ok"
     with open(build_dir / "build.lock", "w") as lock:

@@ -47,7 +47,10 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
 
     testbench = dataclasses.replace(config, **TESTBENCH)
     golden = Appliance(SimulatorDevice(config, timing={TESTBENCH_TIMING: testbench}), image).generate(prompt, sampling)
-    device = RtlDevice(config, simulator=simulator)
+    model_cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
+                          * testbench.clock_mhz * 1e6) for run in golden.runs]
+    # a core that hangs stops at twice the model's longest run (a u280 core simulates about 35 cycles a second)
+    device = RtlDevice(config, simulator=simulator, cycle_limit=2 * max(model_cycles) + 10_000)
     try:
         result = Appliance(device, image).generate(prompt, sampling)
     finally:
@@ -55,8 +58,6 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
     identical = (result.generated_ids == golden.generated_ids and result.logits.shape == golden.logits.shape
                  and np.array_equal(result.logits.view(np.uint32), golden.logits.view(np.uint32)))
     rtl_cycles = [run.cycles for run in result.runs]
-    model_cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
-                          * testbench.clock_mhz * 1e6) for run in golden.runs]
     wall = sum(run.wall_seconds for run in result.runs)
     return {"config": config.name, "cards": config.cards, "model": model, "n_layer": net.config.n_layer,
             "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,

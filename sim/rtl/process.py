@@ -35,8 +35,8 @@ class RtlError(DeviceError):
 def build_note(design: runner.Design, simulator: str, purpose: str) -> str | None:
     """The line to show before `design` is built for `simulator` (a first build takes minutes, a u280 core far longer,
     and says nothing meanwhile); None when a build of it is there (the build folders of runner.build:
-    <label>-<16 hex digits of the Verilog's hash>/<simulator>[-waves]/built.ok)."""
-    folder = simulator + ("-waves" if runner.waves_requested() else "")
+    <label>-<16 hex digits of the Verilog's hash>/`runner.build_folder`/built.ok)."""
+    folder = runner.build_folder(design, simulator, runner.waves_requested())
     if any(runner.BUILD_ROOT.glob(f"{glob.escape(design.label)}-{'[0-9a-f]' * 16}/{folder}/built.ok")):
         return None
     return (f"building {design.label} for {purpose} with {simulator}: a first build takes minutes (a u280 core much "
