@@ -1,27 +1,27 @@
 #!/usr/bin/env python3
 """The whole u280 core in RTL simulation: the compiler's programs for a GPT-2 of real width on the cores' RTL
 (RtlDevice: Verilator or Icarus, one core per card on a ring) and on the functional simulator, a prompt run and
-decode runs, every logit compared bit for bit, each run's cycles beside the cycle model's (sim/rtl/compare.py).
+decode runs, every logit compared bit for bit, each run's cycles beside the cycle model's (sim/rtl_comparison.py).
 
     python scripts/rtl_u280.py --cards 1            # GPT-2 345M's width: n_embd 1,024, 16 heads, one layer
 
 The build is cached (sim_build/, by the Verilog's digest and by the digest of the sources that make it), so only
 the first run of a design pays for its conversion and the simulator's build; its `build.json` keeps what that took.
 Records one entry per (config, cards, model, simulator) under `runs` in docs/bench/rtl_u280.json. The model by
-default: `compare.REAL_WIDTH_MODEL` (its vocabulary reduced to 2,048 tokens, see there). Exit status 1 when a logit
-differs.
+default: `rtl_comparison.REAL_WIDTH_MODEL` (its vocabulary reduced to 2,048 tokens, see there). Exit status 1 when a
+logit differs.
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
+from ringgpt.host.reference.files import atomic_path
 from ringgpt.hw.config import get_config
 from ringgpt.sim.cocotb_support.runner import SIMULATORS
-from ringgpt.sim.rtl.compare import REAL_WIDTH_MODEL, compare_with_simulator
+from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL, compare_with_simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 SAME_CASE = ("config", "cards", "model", "simulator")
@@ -48,10 +48,8 @@ def main(preset: str, cards: int, model: str, simulator: str, prompt_tokens: int
     except (OSError, ValueError, KeyError):
         runs = []
     runs = [r for r in runs if any(r.get(k) != entry[k] for k in SAME_CASE)] + [entry]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps({"generated_by": "python scripts/rtl_u280.py", "runs": runs}, indent=1) + "\n")
-    partial.replace(out)
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps({"generated_by": "python scripts/rtl_u280.py", "runs": runs}, indent=1) + "\n")
     identical = entry["bit_identical"]
     click.echo(f"{'PASS' if identical else 'FAIL'}: logits {'bit-identical' if identical else 'differ'}; wrote {out}")
     raise SystemExit(0 if identical else 1)

@@ -1,14 +1,14 @@
 """The whole u280 core (16 x 64 MACs, a 64-wide vector unit, 32 HBM ports, 17 memories a buffer, its full buffer
-depths) running the compiler's programs for a GPT-2 of 345M's width (`compare.REAL_WIDTH_MODEL`: n_embd 1,024, 16
+depths) running the compiler's programs for a GPT-2 of 345M's width (`rtl_comparison.REAL_WIDTH_MODEL`: n_embd 1,024, 16
 heads, one layer, 2,048 tokens), an 8-token prompt run and two decode runs, every logit bit-identical with the
-functional simulator's (sim/rtl/compare.py; `python scripts/rtl_u280.py` records the same run with its figures in
+functional simulator's (sim/rtl_comparison.py; `python scripts/rtl_u280.py` records the same run with its figures in
 docs/bench/rtl_u280.json). Verilator only: the build takes about 21 minutes and 4 GB on the 2-core machine (the
 conversion 11.5 minutes, Verilator 5, its C++ at -O0 4.5), once per design (sim_build/, cached); the run's time is in
 docs/bench/rtl_u280.json."""
 import pytest
 
 from ringgpt.hw.config import get_config
-from ringgpt.sim.rtl.compare import REAL_WIDTH_MODEL, compare_with_simulator
+from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL, compare_with_simulator
 
 
 @pytest.mark.rtl

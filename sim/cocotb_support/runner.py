@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ringgpt.host.reference.files import atomic_path
+
 SIMULATORS = ("verilator", "icarus")
 TOPLEVEL = "top"
 TIMESCALE = ("1ns", "1ps")
@@ -285,10 +287,8 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    partial.replace(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def run_testbench(design: Design, test_module: str, sim: str, *, args: dict | None = None,

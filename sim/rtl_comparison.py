@@ -20,7 +20,7 @@ from ringgpt.sim.calibration import TESTBENCH
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
 
-from .device import RtlDevice, design_of
+from ringgpt.sim.rtl.device import RtlDevice, design_of
 
 TESTBENCH_TIMING = "testbench"
 REAL_WIDTH_MODEL = "synthetic:n_layer=1,n_embd=1024,n_head=16,vocab_size=2048"
