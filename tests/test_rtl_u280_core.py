@@ -3,8 +3,9 @@ depths) running the compiler's programs for a GPT-2 of 345M's width (`rtl_compar
 heads, one layer, 2,048 tokens), an 8-token prompt run and two decode runs, every logit bit-identical with the
 functional simulator's (sim/rtl_comparison.py; `python scripts/rtl_u280.py` records the same run with its figures in
 docs/bench/rtl_u280.json). Verilator only: the build takes about 21 minutes and 4 GB on the 2-core machine (the
-conversion 11.5 minutes, Verilator 5, its C++ at -O0 4.5), once per design (sim_build/, cached); the run's time is in
-docs/bench/rtl_u280.json."""
+conversion 11.5 minutes, Verilator 5, its C++ at -O0 4.5), once per design (sim_build/, cached). Not yet seen to
+finish: the model simulates about 35 cycles a second (2,000 idle cycles after reset), the run is 152K cycles by the
+cycle model, and a first attempt was stopped after 94 minutes (docs/rtl-core.md, "At u280's size")."""
 import pytest
 
 from ringgpt.hw.config import get_config
