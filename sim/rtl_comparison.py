@@ -19,7 +19,6 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.sim.calibration import TESTBENCH
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
-
 from ringgpt.sim.rtl.device import RtlDevice, design_of
 
 TESTBENCH_TIMING = "testbench"

@@ -47,3 +47,9 @@ def test_an_index_entry_of_another_design_or_a_missing_build_is_not_used(build_r
     assert runner.build(DESIGN, "icarus") == first and len(converted) == 2 and (first / "built.ok").exists()
     entry.write_text("not json")
     assert runner.build(DESIGN, "icarus") == first and len(converted) == 3
+
+
+def test_a_component_from_outside_the_package_is_not_indexed():
+    # its sources cannot be told, so only the Verilog's digest finds its build
+    assert runner._index_entry(runner.Design.of("amaranth.lib.fifo:SyncFIFO", width=8, depth=4), "icarus", False) is None
+    assert runner._index_entry(DESIGN, "icarus", False) is not None

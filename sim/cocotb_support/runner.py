@@ -190,9 +190,9 @@ def waves_requested(option: bool = False) -> bool:
 def _module_file(name: str) -> Path | None:
     """The source file of module `name` of this package (None for another package's)."""
     parts = name.split(".")
-    if parts[0] != "ringgpt" or len(parts) < 2:
+    if parts[0] != "ringgpt" or len(parts) < 2 or parts[1] not in ("hw", "sim", "host"):
         return None
-    base = ROOT / {"hw": "hw", "sim": "sim", "host": "host"}.get(parts[1], "")
+    base = ROOT / parts[1]
     for path in (base.joinpath(*parts[2:]).with_suffix(".py"), base.joinpath(*parts[2:], "__init__.py")):
         if path.is_file():
             return path
@@ -200,15 +200,18 @@ def _module_file(name: str) -> Path | None:
 
 
 @functools.cache
-def _sources_digest(component: str) -> str:
+def _sources_digest(component: str) -> str | None:
     """SHA-256 of what a design's Verilog can depend on: every Python source under hw/, the component's own module
-    and the modules of this package outside hw/ that it imports by name, and Amaranth's version."""
+    and the modules of this package outside hw/ that it imports by name, and Amaranth's version (None for a
+    component from outside this package, whose sources it cannot tell)."""
     import ast
 
     import amaranth
 
     module = component.partition(":")[0]
     own = _module_file(module)
+    if own is None:
+        return None
     files = set((ROOT / "hw").rglob("*.py")) | {own}
     for node in ast.walk(ast.parse(own.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -222,10 +225,14 @@ def _sources_digest(component: str) -> str:
     return digest.hexdigest()
 
 
-def _index_entry(design: Design, sim: str, waves: bool) -> Path:
+def _index_entry(design: Design, sim: str, waves: bool) -> Path | None:
     """Where the build directory of `design` for `sim` is recorded under the digest of its sources: a design
-    whose sources have not changed is not converted again (the u280 core's conversion takes about 10 minutes)."""
-    text = f"{_sources_digest(design.component)} {design.to_json()} {design.cxx_opt} {sim} {waves}"
+    whose sources have not changed is not converted again (the u280 core's conversion takes about 11 minutes).
+    None where the sources cannot be told (`_sources_digest`)."""
+    sources = _sources_digest(design.component)
+    if sources is None:
+        return None
+    text = f"{sources} {design.to_json()} {design.cxx_opt} {sim} {waves}"
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     return BUILD_ROOT / "index" / key
 
@@ -248,7 +255,7 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
 
     entry = _index_entry(design, sim, waves)
     try:
-        known = json.loads(entry.read_text())
+        known = json.loads(entry.read_text()) if entry else {}
         if known["design"] == design.to_json() and (Path(known["build_dir"]) / "built.ok").exists():
             return Path(known["build_dir"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -282,7 +289,8 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
                 {"verilog_s": round(converted - started, 1), "verilog_bytes": len(text),
                  "build_s": round(time.perf_counter() - converted, 1), "peak_rss_mb": round(peak_kb / 1024)}))
             done.write_text(design.to_json())
-    _write_atomically(entry, json.dumps({"design": design.to_json(), "build_dir": str(build_dir)}))
+    if entry:
+        _write_atomically(entry, json.dumps({"design": design.to_json(), "build_dir": str(build_dir)}))
     return build_dir
 
 
