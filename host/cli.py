@@ -201,13 +201,6 @@ def _preflight(prompt: str, model: str, sampling: SamplingConfig, steps: tuple[s
     return tokenizer, prompt_ids, fields, context
 
 
-def _sim_only_int8(ctx: click.Context, weights: str, backend: str) -> None:
-    """UsageError for INT8 weights on a back end that runs the cores' RTL (rtl, alveo)."""
-    if weights == "int8" and backend != "sim":
-        raise click.UsageError("--weights int8 runs on the sim backend only: the cores' RTL does not execute INT8 "
-                               "weights yet (their MATMULs end with error RESERVED); use --backend sim", ctx)
-
-
 def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, context: int, where: str,
                  hint: str) -> None:
     """UsageError naming `option` and the values it may take when the prompt and `value` new positions exceed the
@@ -235,8 +228,8 @@ def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, co
               help="compare the appliance's tokens and logits with the PyTorch FP32 reference (sim, rtl and alveo "
                    "backends)")
 @click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True,
-              help="the appliance's matrix weights: int8 = INT8 with an FP16 scale per output column (W8A16; sim "
-                   "backend), checked against the same model quantised in PyTorch")
+              help="the appliance's matrix weights: int8 = INT8 with an FP16 scale per output column (W8A16), "
+                   "checked against the same model quantised in PyTorch")
 @click.option("--max-new-tokens", type=int, default=SamplingConfig.max_new_tokens, show_default=True)
 @click.option("--greedy", is_flag=True, help="argmax decoding (the default)")
 @click.option("--sample", is_flag=True, help="sampling with --temperature/--top-k/--top-p")
@@ -269,7 +262,6 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
                       "--backend reference")
         if backend != "rtl":
             reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
-        _sim_only_int8(ctx, weights, backend)
         arch = arch_config(config_name, cards)
         config_name, cards = arch.name.rsplit("-x", 1)[0], arch.cards
         if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
@@ -334,7 +326,7 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
 @click.option("--max-rows", type=click.IntRange(1, None), default=None,
               help="tokens per prompt run (default: as many as the activation buffer holds)")
 @click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True,
-              help="the appliance's matrix weights: int8 = W8A16 (sim backend), compared with the same model quantised "
+              help="the appliance's matrix weights: int8 = W8A16, compared with the same model quantised "
                    "in PyTorch")
 @click.option("--all-runs", is_flag=True, help="one table row per run and probe instead of the worst over runs")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -355,7 +347,6 @@ def check_command(ctx: click.Context, prompt: str, model: str, backend: str, con
     the instruction."""
     if backend != "rtl":
         reject_unused(ctx, ("simulator",), f"with the {backend} backend", "--backend rtl")
-    _sim_only_int8(ctx, weights, backend)
     arch = arch_config(config_name, cards)
     if backend == "alveo":  # PYNQ, the boards and the bitstream, before a weight is read
         from ringgpt.host.alveo import check_boards

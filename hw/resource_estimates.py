@@ -36,8 +36,8 @@ from amaranth.lib.wiring import In, Out
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.fp16_mul import FP16MulCore, FP16Multiplier
 from ringgpt.hw.arith.fp32_add import FP32AddCore, FP32Adder
-from ringgpt.hw.arith.fp32_mul import FP32IntMultiplier
-from ringgpt.hw.arith.int8_tile import Int8LaneCore, Int8Tile
+from ringgpt.hw.arith.fp32_mul import FP32Fp16MulCore, FP32IntMultiplier
+from ringgpt.hw.arith.int8_tile import Int8AlignerCore, Int8LaneCore, Int8Tile
 from ringgpt.hw.arith.mac_tree import MacTree, MacTreeCore
 from ringgpt.hw.numerics import INT8_TILE_ROWS
 from ringgpt.hw.arith.max_tree import MaxTree, MaxTreeCore
@@ -68,6 +68,8 @@ def units() -> dict:
         f"MacTree({u280.mac_width})": lambda: MacTree(u280.mac_width),
         f"Int8Tile({int8_tile})": lambda: Int8Tile(int8_tile),
         f"Int8LaneCore({int8_tile})": lambda: Int8LaneCore(int8_tile),
+        f"Int8AlignerCore({int8_tile})": lambda: Int8AlignerCore(int8_tile),
+        "FP32Fp16MulCore": FP32Fp16MulCore,
     }
     for name in ("exp", "recip", "rsqrt", "gelu"):
         found[f"SpecialFunction({name})"] = lambda name=name: SpecialFunction(name)
@@ -142,10 +144,13 @@ def unit_parts(cfg) -> dict:
     from ringgpt.hw.core.matrix import MatrixUnit
     from ringgpt.hw.core.vector import VectorUnit
     L, W, V = cfg.mpu_lanes, cfg.mac_width, cfg.vector_width
+    T = INT8_TILE_ROWS * W
     ctx = 2 * FP32AddCore.latency - 1
     matrix = [(f"MacTreeCore({W})", lambda: MacTreeCore(W), L), (f"TileAccumulator({ctx})", lambda: TileAccumulator(ctx), L),
               ("FP16MulCore", FP16MulCore, L), ("FP32AddCore", FP32AddCore, L), ("ToFP16Core", ToFP16Core, L),
-              ("SpecialFunctionCore(gelu)", lambda: SpecialFunctionCore("gelu"), L)]
+              ("SpecialFunctionCore(gelu)", lambda: SpecialFunctionCore("gelu"), L),
+              (f"Int8AlignerCore({T})", lambda: Int8AlignerCore(T), 1),
+              (f"Int8LaneCore({T})", lambda: Int8LaneCore(T), L), ("FP32Fp16MulCore", FP32Fp16MulCore, L)]
     if L >= 2:
         matrix.append((f"MaxTreeCore({L})", lambda: MaxTreeCore(L), 1))
     vector = [("FP16MulCore", FP16MulCore, 2 * V), ("FP32AddCore", FP32AddCore, V), ("ToFP16Core", ToFP16Core, V + 1),

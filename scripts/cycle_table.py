@@ -50,7 +50,8 @@ def collect(sim: str, path: Path) -> None:
 def table(records: list, cfg) -> str:
     by_op = defaultdict(list)
     for rec in records:
-        key = rec["op"] + (" (transposed)" if rec["op"] == "LOAD" and "transpose" in rec["flags"] else "")
+        variant = {"LOAD": ("transpose", " (transposed)"), "MATMUL": ("int8", " (INT8 weights)")}.get(rec["op"])
+        key = rec["op"] + (variant[1] if variant and variant[0] in rec["flags"] else "")
         by_op[key].append(rec)
     lines = ["| opcode | instructions | model = RTL (before) | largest difference (before) "
              "| model = RTL (now) | largest difference (now) |", "|---|---:|---:|---:|---:|---:|"]
@@ -100,7 +101,7 @@ the harness resolved it (addresses and strides included), which reads the units'
 (`sim/cycle_model.unit_timing`, `hw/core/timing.onchip_cycles`: transposed LOADs go through a
 vector_width x vector_width tile) and models the accumulator loop and a unit's own buffer stalls (see
 docs/cycle-model.md); the instructions run while the harness contends for the buffers are not counted. LOAD rows
-are split into straight and transposed copies.
+are split into straight and transposed copies, MATMUL rows into FP16 and INT8 weights.
 
 {table(records, cfg)}
 """

@@ -7,7 +7,7 @@ decode runs, every logit compared bit for bit, each run's cycles beside the cycl
 
 The build is cached (sim_build/, by the Verilog's digest and by the digest of the sources that make it), so only
 the first run of a design pays for its conversion and the simulator's build; its `build.json` keeps what that took.
-Records one entry per (config, cards, model, simulator) under `runs` in docs/bench/rtl_u280.json. The model by
+Records one entry per (config, cards, model, weights, simulator) under `runs` in docs/bench/rtl_u280.json. The model by
 default: `rtl_comparison.REAL_WIDTH_MODEL` (its vocabulary reduced to 2,048 tokens, see there). Exit status 1 when a
 logit differs.
 """
@@ -20,11 +20,12 @@ import click
 
 from ringgpt.host.reference.files import atomic_path
 from ringgpt.hw.config import get_config
+from ringgpt.hw.numerics import WEIGHT_FORMATS
 from ringgpt.sim.cocotb_support.runner import SIMULATORS
 from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL, compare_with_simulator
 
 ROOT = Path(__file__).resolve().parents[1]
-SAME_CASE = ("config", "cards", "model", "simulator")
+SAME_CASE = ("config", "cards", "model", "weights", "simulator")
 
 
 @click.command()
@@ -32,16 +33,17 @@ SAME_CASE = ("config", "cards", "model", "simulator")
 @click.option("--cards", type=click.IntRange(1, 4), default=1, show_default=True)
 @click.option("--model", default=REAL_WIDTH_MODEL, show_default=True)
 @click.option("--simulator", type=click.Choice(SIMULATORS), default="verilator", show_default=True)
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True)
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--decode-runs", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option("--max-context", type=int, default=64, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=ROOT / "docs" / "bench" / "rtl_u280.json",
               show_default=True)
-def main(preset: str, cards: int, model: str, simulator: str, prompt_tokens: int, decode_runs: int,
+def main(preset: str, cards: int, model: str, simulator: str, weights: str, prompt_tokens: int, decode_runs: int,
          max_context: int, out: Path) -> None:
     """Run the model on the RTL and on the functional simulator; print and record the comparison."""
     entry = compare_with_simulator(get_config(preset, cards), model, simulator=simulator, prompt_tokens=prompt_tokens,
-                                   decode_runs=decode_runs, max_context=max_context)
+                                   decode_runs=decode_runs, max_context=max_context, weights=weights)
     click.echo(json.dumps(entry, indent=1))
     try:
         runs = json.loads(out.read_text())["runs"]

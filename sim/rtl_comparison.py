@@ -29,13 +29,14 @@ the same MATMUL instructions as the layers' over more columns."""
 
 
 def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "verilator", prompt_tokens: int = 8,
-                           decode_runs: int = 2, max_context: int = 64) -> dict:
+                           decode_runs: int = 2, max_context: int = 64, weights: str = "fp16") -> dict:
     """Generates `decode_runs` + 1 tokens after a prompt of `prompt_tokens` (fixed ids) with `model` (a load_model
-    spec, seed 7) compiled for `config`, on the RTL and on the functional simulator. Returns the record of
+    spec, seed 7) compiled for `config` with `weights` ("fp16" or "int8"), on the RTL and on the functional
+    simulator. Returns the record of
     scripts/rtl_u280.py's `runs` (bit_identical, per-run cycles of both, the build's figures where this process or
     an earlier one built it, the RTL's cycles per wall second)."""
     net = load_model(model, seed=7)
-    image = compile_model(net, config, max_context)
+    image = compile_model(net, config, max_context, weights=weights)
     vocab = net.config.vocab_size
     prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
     sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
@@ -58,8 +59,8 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
                  and np.array_equal(result.logits.view(np.uint32), golden.logits.view(np.uint32)))
     rtl_cycles = [run.cycles for run in result.runs]
     wall = sum(run.wall_seconds for run in result.runs)
-    return {"config": config.name, "cards": config.cards, "model": model, "n_layer": net.config.n_layer,
-            "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,
+    return {"config": config.name, "cards": config.cards, "model": model, "weights": weights,
+            "n_layer": net.config.n_layer, "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,
             "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "simulator": simulator,
             "bit_identical": bool(identical), "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
             "model_error_pct": [round(100 * (m - r) / r, 2) for m, r in zip(model_cycles, rtl_cycles)],

@@ -91,7 +91,6 @@ GENERATE_CASES = [  # (arguments after `ringgpt generate`, phrase of the one err
     (["--config", "u280-x9"], "bad card-count suffix in 'u280-x9'"),
     (["--config", "u280-xfour"], "bad card-count suffix"),
     (["--config", "u280-x4", "--cards", "1"], "names 4 card(s) but 1 were asked for"),
-    (["--weights", "int8", "--backend", "rtl"], "--weights int8 runs on the sim backend only"),
     (["--weights", "int8", "--backend", "reference"], "--weights does nothing with --backend reference"),
     (["--weights", "int4"], "'int4' is not one of 'fp16', 'int8'"),
     (["--temperature", "nan"], "--temperature does nothing with greedy decoding"),
@@ -136,7 +135,6 @@ GENERATE_CASES = [  # (arguments after `ringgpt generate`, phrase of the one err
      "the weight buffer (524,288 words) cannot hold one head's keys and V^T for max_context=1024"),
 ]
 CHECK_CASES = [
-    (["--weights", "int8", "--backend", "rtl", "--config", "sim-small"], "--weights int8 runs on the sim backend only"),
     (["--json", "/nonexistent/dir/report.json"], "the folder /nonexistent/dir does not exist"),
     (["--json", "data"], "'data' is a directory"),
     (["--model", TINY, "--max-context", "5000"], "--max-context 5000 exceeds the model's 1024 positions"),

@@ -30,7 +30,7 @@ def test_the_preset_figures_these_costs_assume():
     assert CFG.ring_latency_ns == pytest.approx(345.0) and CFG.ring_latency_cycles == 34
     assert CFG.queue_depth == 8
     # pipeline depths and overheads come from the RTL units (hw/core), not from the config
-    assert unit_timing(CFG) == {"matrix": {"latency": 33, "row_max": 2, "overhead": 4, "loop": 5},
+    assert unit_timing(CFG) == {"matrix": {"latency": 33, "int8_latency": 34, "row_max": 2, "overhead": 4, "loop": 5},
                                 "vector": {"latency": {"elementwise": 10, "sum": 18, "max": 4}, "overhead": 4,
                                            "loop": 5, "step": {op: 2 if OPCODES[op].special else 8
                                                                for op in opcodes_of(Unit.VECTOR)}}}

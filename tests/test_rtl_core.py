@@ -1,7 +1,7 @@
 """Whole programs on the RTL: the compiler's programs for small synthetic GPT-2 models at sim-small, a prompt
-run then decode runs, on 1 core and on rings of 2 and 4 cores in one simulation (RtlDevice), with logits
-bit-identical to the functional simulator's; AXI memories and ring links pause at random. Faults end with the
-simulator's errors. On Icarus by default, on Verilator with -m slow (its build of the whole core is long)."""
+run then decode runs, on 1 core and on rings of 2 and 4 cores in one simulation (RtlDevice), FP16 and INT8
+weights, with logits bit-identical to the functional simulator's; AXI memories and ring links pause at random.
+Faults end with the simulator's errors. On Verilator by default, on Icarus too with -m slow (SLOW_ON_ICARUS)."""
 import numpy as np
 import pytest
 
@@ -18,10 +18,11 @@ from ringgpt.sim.rtl.device import RtlDevice
 
 from device_checks import assert_generates_like_the_simulator, program_image
 
-CASES = {  # name: (model spec, cards)
-    "1 core": ("synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64", 1),
-    "2 cores, 3 heads": ("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", 2),
-    "4 cores": ("synthetic:n_layer=1,n_embd=64,n_head=4,vocab_size=64", 4),
+CASES = {  # name: (model spec, cards, weights)
+    "1 core": ("synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64", 1, "fp16"),
+    "2 cores, 3 heads": ("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", 2, "fp16"),
+    "2 cores, INT8 weights": ("synthetic:n_layer=1,n_embd=48,n_head=3,vocab_size=64", 2, "int8"),
+    "4 cores": ("synthetic:n_layer=1,n_embd=64,n_head=4,vocab_size=64", 4, "fp16"),
 }
 
 
@@ -29,9 +30,9 @@ CASES = {  # name: (model spec, cards)
 @pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
 @pytest.mark.parametrize("case", CASES)
 def test_generation_is_bit_identical_to_the_functional_simulator(case, sim):
-    spec, cards = CASES[case]
+    spec, cards, weights = CASES[case]
     config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(cards)
-    image = compile_model(load_model(spec, seed=7), config, max_context=16)
+    image = compile_model(load_model(spec, seed=7), config, max_context=16, weights=weights)
     device = RtlDevice(image.config, simulator=sim, pause=True)
     try:
         assert_generates_like_the_simulator(image, device)

@@ -90,13 +90,65 @@ class Int8LaneCore(wiring.Component):
         return m
 
 
-class Int8TileCore(wiring.Component):
-    """Free-running INT8 tile: `o` = int8_tile_sums(i.x, i.q), FP32: the shared aligner and one lane.
+def int8_aligned(width: int) -> data.StructLayout:
+    """What the shared aligner gives every lane: the aligned activations (signed), their classes and the tile's
+    emax (`int8_lane_operands` less the lane's weights)."""
+    return data.StructLayout({"a": data.ArrayLayout(signed(_ALIGNED + 1), width),
+                              "cls": data.ArrayLayout(ACTIVATION_CLASS, width), "emax": unsigned(nx.FP16_EXP_BITS)})
+
+
+def int8_align_latency(width: int) -> int:
+    """Cycles of Int8AlignerCore(width): the split, the exponents' maximum (a tree), the alignment."""
+    return tree_stages(width) + 2
+
+
+class Int8AlignerCore(wiring.Component):
+    """Free-running aligner of an INT8 tile's `width` FP16 activations, shared by the lanes of the matrix unit:
+    `o` = each activation aligned to the tile's largest (`int8_tile_sums`), its class and the tile's emax.
 
     Stage 1 splits each activation into its significand (11 bits, subnormals without hidden bit, zero for Inf and
     NaN), exponent field (subnormals 1) and class (NaN, Inf, zero, sign). Then emax, the largest exponent of the
     nonzero activations (a max tree); each activation aligned to it, significand << INT8_GUARD_BITS >> (emax - e),
-    signed; then the lane (`lane_sum`).
+    signed. `latency` = tree_stages(width) + 2 cycles."""
+
+    def __init__(self, width: int):
+        check_power_of_two("INT8 tile", width)
+        self.width = width
+        self.latency = int8_align_latency(width)
+        super().__init__({"i": In(data.ArrayLayout(FP16, width)), "o": Out(int8_aligned(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        sigs, exps, classes, live = [], [], [], []
+        for j in range(W):
+            x = self.i[j]
+            special, zero = x.exp == FP16_EXP_MAX, (x.exp == 0) & (x.mant == 0)
+            s1 = stage(m, f"s1_{j}", sig=Mux(special, 0, Cat(x.mant, x.exp != 0)), exp=Mux(x.exp == 0, 1, x.exp),
+                       cls=Cat(special & (x.mant != 0), special & (x.mant == 0), zero, x.sign),
+                       live=~special & ~zero)
+            sigs.append(s1["sig"])
+            exps.append(s1["exp"])
+            classes.append(s1["cls"])
+            live.append(s1["live"])
+        top = reduce_tree(m, [Mux(ok, e, 1) for ok, e in zip(live, exps)], lambda a, b: Mux(a > b, a, b),
+                          name="emax")
+        wait = tree_stages(W)
+        for j in range(W):
+            sig = delay(m, sigs[j], wait, name=f"sig{j}")
+            e = delay(m, exps[j], wait, name=f"exp{j}")
+            sign = delay(m, classes[j][3], wait, name=f"sign{j}")
+            magnitude = Signal(_ALIGNED, name=f"magnitude{j}")
+            m.d.comb += magnitude.eq((sig << nx.INT8_GUARD_BITS) >> (top - e).as_unsigned())
+            m.d.sync += self.o.a[j].eq(Mux(sign, -magnitude, magnitude))
+            m.d.comb += self.o.cls[j].eq(delay(m, classes[j], wait + 1, name=f"cls{j}"))
+        m.d.sync += self.o.emax.eq(top)
+        return m
+
+
+class Int8TileCore(wiring.Component):
+    """Free-running INT8 tile: `o` = int8_tile_sums(i.x, i.q), FP32: the shared aligner (`Int8AlignerCore`) and one
+    lane (`Int8LaneCore`), the weights waiting for the aligned activations.
     `latency` = 2 * tree_stages(width) + 6 cycles (14 at width 128); one tile per cycle.
     """
 
@@ -109,32 +161,11 @@ class Int8TileCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        sigs, exps, classes, live, weights = [], [], [], [], []
-        for j in range(W):
-            x = self.i.x[j]
-            special, zero = x.exp == FP16_EXP_MAX, (x.exp == 0) & (x.mant == 0)
-            s1 = stage(m, f"s1_{j}", sig=Mux(special, 0, Cat(x.mant, x.exp != 0)), exp=Mux(x.exp == 0, 1, x.exp),
-                       cls=Cat(special & (x.mant != 0), special & (x.mant == 0), zero, x.sign),
-                       live=~special & ~zero, q=self.i.q[j])
-            sigs.append(s1["sig"])
-            exps.append(s1["exp"])
-            classes.append(s1["cls"])
-            live.append(s1["live"])
-            weights.append(s1["q"])
-        top = reduce_tree(m, [Mux(ok, e, 1) for ok, e in zip(live, exps)], lambda a, b: Mux(a > b, a, b),
-                          name="emax")
-        wait = tree_stages(W)
-        aligned = []
-        for j in range(W):
-            sig = delay(m, sigs[j], wait, name=f"sig{j}")
-            e = delay(m, exps[j], wait, name=f"exp{j}")
-            sign = delay(m, classes[j][3], wait, name=f"sign{j}")
-            magnitude = Signal(_ALIGNED, name=f"magnitude{j}")
-            m.d.comb += magnitude.eq((sig << nx.INT8_GUARD_BITS) >> (top - e).as_unsigned())
-            aligned.append(register(m, Mux(sign, -magnitude, magnitude), signed(_ALIGNED + 1), name=f"aligned{j}"))
-        lane_classes = [ACTIVATION_CLASS(delay(m, c, wait + 1, name=f"cls{j}")) for j, c in enumerate(classes)]
-        lane_weights = [delay(m, q, wait + 1, name=f"q{j}") for j, q in enumerate(weights)]
-        lane_sum(m, self.o, aligned, lane_classes, register(m, top, name="emax_a"), lane_weights)
+        aligner = m.submodules.aligner = Int8AlignerCore(W)
+        lane = m.submodules.lane = Int8LaneCore(W)
+        m.d.comb += [aligner.i.eq(self.i.x), lane.i.a.eq(aligner.o.a), lane.i.cls.eq(aligner.o.cls),
+                     lane.i.emax.eq(aligner.o.emax), self.o.eq(lane.o)]
+        m.d.comb += [lane.i.q[j].eq(delay(m, self.i.q[j], aligner.latency, name=f"q{j}")) for j in range(W)]
         return m
 
 

@@ -350,16 +350,17 @@ def regs_with_zero(m: Module, issue_regs, *, name: str = "regs") -> Signal:
     return regs
 
 
+def weight_words_of(k, int8) -> "Value":
+    """isa.weight_words in RTL: the words of a MATMUL weight column of k weights, k FP16 words or k INT8 bytes two
+    a word when `int8` (a 1-bit value) is set."""
+    return Mux(int8, (k + 1) >> 1, k)
+
+
 def block_fits(base, rows, cols, stride, size: int) -> "Value":
     """base + (rows - 1) * stride + cols <= size (rows, cols >= 1), computed without wrapping."""
     wide = unsigned(2 * ADDRESS_BITS + 2)
     end = base.as_unsigned() + (rows - 1) * stride + cols
     return end.as_unsigned() <= Const(size, wide)
-
-
-NOT_YET_IN_RTL = ("int8",)
-"""ISA flags the RTL does not execute yet (MATMUL's INT8 weights): a unit refuses a word that sets one (RESERVED),
-where the functional simulator and the cycle model execute it."""
 
 
 def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
@@ -393,7 +394,7 @@ def check_instruction(m: Module, inst, opcodes, *, name: str = "chk") -> dict:
                 if field not in used:
                     unused.append(Value.cast(inst[field]) != 0)
         for flag in FLAG_NAMES:
-            if flag not in spec.flags or flag in NOT_YET_IN_RTL:
+            if flag not in spec.flags:
                 unused.append(inst.flags[flag] != 0)
         for flag, fields in spec.flag_fields.items():
             unused += [(inst.flags[flag] == 0) & (Value.cast(inst[field]) != 0) for field in fields]

@@ -1,11 +1,15 @@
-"""The matrix unit: MATMUL (FP32 bias, fused GELU) and MASKED_QK (causal mask, row max into aux).
+"""The matrix unit: MATMUL (FP32 bias, fused GELU; FP16 or INT8 weights) and MASKED_QK (causal mask, row max into
+aux).
 
     ABUF x tile (mac_width words) ──broadcast──┬─▶ MacTreeCore lane 0 ─▶ TileAccumulator ─┐
     WBUF weight tiles (lanes x mac_width)      ├─▶ MacTreeCore lane 1 ─▶ TileAccumulator ─┤
                                                └─▶ ...                                   │
+    INT8: x tiles (2 x mac_width) ─▶ Int8AlignerCore ─▶ Int8LaneCore lane l (its row's     │
+          2 x mac_width INT8 weights) ─▶ the lane's TileAccumulator                       │
       ┌──────────────────────────────────────────────────────────────────────────────────┘
-      └─▶ + bias (FP16 -> FP32 exact, FP32 add) ─▶ ToFP16 ─▶ GELU? ─▶ mask? ─▶ ABUF dst (lanes words)
-                                                                     └─▶ MaxTree ─▶ row max ─▶ ABUF aux
+      └─▶ (INT8: x column scale, FP32Fp16MulCore) + bias (FP16 -> FP32 exact, FP32 add) ─▶ ToFP16 ─▶ GELU?
+          ─▶ mask? ─▶ ABUF dst (lanes words)
+                   └─▶ MaxTree ─▶ row max ─▶ ABUF aux
 
 Order of work. Output element (r, j) is the sum over the k tiles of mac_width products. The unit
 walks *pairs* (row r, column group g of mpu_lanes columns), row-major, in *sets* of at least
@@ -20,6 +24,14 @@ A pair's mpu_lanes bias words (in WBUF too) are read in the first of its beats w
 bias's memory free, else in its last (sim/cycle_model/stalls._bias_tiles), kept for the pair's context until its last
 beat, and wait with the pair's row and group in a FIFO for its sums. All of a beat's reads are the lanes of the
 two buffers' TileReadPorts (`abuf_tiles`: x; `wbuf_tiles`: weights, bias), one read port per buffer memory.
+
+INT8 weights (the int8 flag, numerics.int8_tile_sums): a lane's weight tile is the same buffer row, 2 x mac_width
+INT8 weights (low byte first), so a sum takes half the tiles; its activations are two aligned x tiles (the ISA puts
+src1 on weight_align boundaries), aligned once for every lane by one Int8AlignerCore, and each lane keeps an
+Int8LaneCore (products, integer tree, rounding) beside its MAC tree, the accumulator taking one or the other. A
+pair's column scales (aux + aux_stride + g * mpu_lanes) are read as its bias is, wait with it, and multiply its
+sums (FP32Fp16MulCore) while the bias is widened, so the scale costs no cycle: `int8_latency` is `latency` plus
+the INT8 tile's depth over the MAC tree's (sim-small +1, u280 +3).
 """
 from __future__ import annotations
 
@@ -34,6 +46,8 @@ from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.common import FP16, delay
 from ringgpt.hw.arith.fp16_mul import FP16MulCore
 from ringgpt.hw.arith.fp32_add import FP32AddCore
+from ringgpt.hw.arith.fp32_mul import FP32Fp16MulCore
+from ringgpt.hw.arith.int8_tile import Int8AlignerCore, Int8LaneCore
 from ringgpt.hw.arith.mac_tree import MacTreeCore
 from ringgpt.hw.arith.max_tree import MaxTreeCore, order_key
 from ringgpt.hw.arith.special import SpecialFunctionCore
@@ -44,7 +58,7 @@ from ringgpt.hw.isa import Opcode, Space, Unit, opcodes_of
 from .timing import READ_LATENCY, MatrixTiming
 from .interfaces import (ADDRESS_BITS, Completion, ErrorCode, Frozen, IssueLayout, SharedWritePort, TileReadPort,
                          accept_states, block_fits, check_instruction, done_state, error_code, pipe, reported,
-                         resolve, run_or_refuse)
+                         resolve, run_or_refuse, weight_words_of)
 
 FP16_ONE = 0x3C00
 FP16_NEG_ZERO = 0x8000
@@ -57,22 +71,24 @@ class MatrixUnit(MatrixTiming, wiring.Component):
     """Matrix unit of `cfg`: `mpu_lanes` lanes of `mac_width`-wide MAC trees.
 
     Computes MATMUL (numerics.matmul: exact products, block-aligned sum per mac_width tile, tiles
-    accumulated in order, + FP32 bias, one rounding, GELU by table) and MASKED_QK (the same product,
+    accumulated in order, + FP32 bias, one rounding, GELU by table; INT8 weights: int8_tile_sums per tile of
+    2 x mac_width, the sum times the column's FP16 scale in FP32 before the bias) and MASKED_QK (the same product,
     -Inf where j > pos + r, each row's total-order maximum written to aux[r * aux_stride]).
 
     Throughput: one beat per cycle = mpu_lanes x mac_width MACs; an instruction issues
-    rows * ceil(n / mpu_lanes) * ceil(k / mac_width) beats (when that many pairs (row, column group)
-    >= loop_latency; fewer pairs wait for the accumulator loop: ceil(k / mac_width) * loop_latency).
+    rows * ceil(n / mpu_lanes) * ceil(weight_words(k) / mac_width) beats (when that many pairs (row, column group)
+    >= loop_latency; fewer pairs wait for the accumulator loop: tiles * loop_latency).
     A beat's weight tiles, x tile and (in one of a pair's beats) bias are the lanes of the buffers' TileReadPorts
     (one read port per buffer memory); when they need c > 1 cycles (banks.tile_read_cycles, the slower buffer)
     the whole unit is frozen for c - 1 cycles, the read data held (interfaces.Frozen), and longer while the
     buffer's other readers (the vector unit, the DMA, the router) hold the memories it needs. Latency: `latency`
     cycles from a beat's issue to its result's write (read, MAC tree, accumulator, bias register, FP16 widen,
-    add, FP16, GELU); `row_max_latency` more for the row maximum. The results and the row maxima are
-    SharedWritePorts in ABUF's write group (one write port per memory): a refused write freezes the unit too,
-    and a MASKED_QK's maximum meeting results of the same cycle in one memory costs a cycle. Busy cycles
-    (`Completion.cycles`) = `overhead` + beats + stalls + `latency` (+ `row_max_latency` for MASKED_QK), the
-    stalls (alone on the buffers) as sim/cycle_model.matrix_stall_cycles counts them.
+    add, FP16, GELU; `int8_latency` with INT8 weights); `row_max_latency` more for the row maximum. The results
+    and the row maxima are SharedWritePorts in ABUF's write group (one write port per memory): a refused write
+    freezes the unit too, and a MASKED_QK's maximum meeting results of the same cycle in one memory costs a cycle.
+    Busy cycles (`Completion.cycles`) = `overhead` + beats + stalls + `latency` or `int8_latency` (+
+    `row_max_latency` for MASKED_QK), the stalls (alone on the buffers) as sim/cycle_model.matrix_stall_cycles
+    counts them.
 
     Ports: `issue` (stream of IssueLayout), `status` (Completion), and the buffer ports in
     `buffer_ports` (name -> (space, signature)).
@@ -85,9 +101,13 @@ class MatrixUnit(MatrixTiming, wiring.Component):
             raise ValueError(f"the matrix unit needs mac_width >= 2, got {cfg.mac_width}")
         MatrixTiming.__init__(self, cfg)
         L, W = self.lanes, self.width
-        self.bias_lane = L      # after the weight lanes in WBUF's port (isa: weights and bias in WBUF)
-        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(1, W, (W,), aligned=(False,))),
-                 "wbuf_tiles": (Space.WBUF, TileReadPort(L + 1, W, (W,) * L + (L,), aligned=(True,) * L + (False,)))}
+        # after the weight lanes in WBUF's port (isa: weights, bias and INT8 column scales in WBUF)
+        self.bias_lane, self.scale_lane = L, L + 1
+        # x: one tile at any address; with INT8 weights INT8_TILE_ROWS, the others on weight_align boundaries
+        X = nx.INT8_TILE_ROWS
+        ports = {"abuf_tiles": (Space.ABUF, TileReadPort(X, W, (W,) * X, aligned=(False,) + (True,) * (X - 1))),
+                 "wbuf_tiles": (Space.WBUF, TileReadPort(L + 2, W, (W,) * L + (L, L),
+                                                         aligned=(True,) * L + (False, False)))}
         ports["abuf_dst"] = (Space.ABUF, SharedWritePort(L))
         ports["abuf_aux"] = (Space.ABUF, SharedWritePort(1))
         self.buffer_ports = ports
@@ -105,6 +125,8 @@ class MatrixUnit(MatrixTiming, wiring.Component):
         stalls = frozen.stalls
         cfg, L, W = self.cfg, self.lanes, self.width
         lw, ll = log2(W), log2(L)
+        X, T = nx.INT8_TILE_ROWS, nx.INT8_TILE_ROWS * W        # an INT8 tile: X x tiles, T weights
+        lt = log2(T)
 
         held = Signal(IssueLayout)
         r = resolve(core, held)
@@ -113,7 +135,7 @@ class MatrixUnit(MatrixTiming, wiring.Component):
         s_aux, aux = r["aux"]
         rows, n, k, pos = r["rows"], r["n"], r["k"], r["pos"]
         qk = inst.opcode == Opcode.MASKED_QK
-        gelu = inst.flags.gelu
+        gelu, int8 = inst.flags.gelu, inst.flags.int8
         has_bias = ~qk & (s_aux != Space.NONE)
 
         # --- checks -------------------------------------------------------------------------
@@ -123,12 +145,17 @@ class MatrixUnit(MatrixTiming, wiring.Component):
         def in_wbuf(base, nrows, cols, stride):
             return block_fits(base, nrows, cols, stride, cfg.wbuf_words)
         checks = check_instruction(core, inst, self.opcodes)   # the spaces the ISA allows: x, dst, row max in ABUF
-        in_range = (in_abuf(src1, rows, k, r["src1_stride"]) & in_wbuf(src2, n, k, r["src2_stride"])
+        column_words = weight_words_of(k, int8)
+        # the bias row, and with INT8 weights their column scales' row aux_stride after it
+        aux_fits = Mux(int8, in_wbuf(aux, 2, n, r["aux_stride"]), Mux(has_bias, in_wbuf(aux, 1, n, 0), 1))
+        in_range = (in_abuf(src1, rows, k, r["src1_stride"]) & in_wbuf(src2, n, column_words, r["src2_stride"])
                     & in_abuf(dst, rows, n, r["dst_stride"])
-                    & Mux(qk, in_abuf(aux, rows, 1, r["aux_stride"]), Mux(has_bias, in_wbuf(aux, 1, n, 0), 1)))
-        # weights on weight_align boundaries: each lane's tile is one row of its buffer's memories (an aligned lane)
+                    & Mux(qk, in_abuf(aux, rows, 1, r["aux_stride"]), aux_fits))
+        # weights on weight_align boundaries: each lane's tile is one row of its buffer's memories (an aligned lane);
+        # with INT8 weights the activations too (a beat's 2 x mac_width are two aligned x lanes)
         la = log2(cfg.weight_align)
-        misaligned = (src2[:la] != 0) | (r["src2_stride"][:la] != 0)
+        misaligned = ((src2[:la] != 0) | (r["src2_stride"][:la] != 0)
+                      | (int8 & ((src1[:la] != 0) | (r["src1_stride"][:la] != 0))))
         code = error_code(core, checks, empty=(rows == 0) | (n == 0), zero_dim=k == 0, misaligned=misaligned,
                           out_of_range=~in_range)
 
@@ -164,7 +191,8 @@ class MatrixUnit(MatrixTiming, wiring.Component):
             accept_states(core, self, held, cycles)
             with core.State("CHECK"):
                 core.d.sync += [cycles.eq(cycles + 1), error.eq(code),
-                             groups.eq((n + L - 1) >> ll), tiles.eq((k + W - 1) >> lw),
+                             groups.eq((n + L - 1) >> ll),
+                             tiles.eq(Mux(int8, (k + T - 1) >> lt, (k + W - 1) >> lw)),
                              pairs.eq(rows * ((n + L - 1) >> ll)), remaining.eq(rows * ((n + L - 1) >> ll)),
                              set_r.eq(0), set_g.eq(0), cur_r.eq(0), cur_g.eq(0), t.eq(0), slot.eq(0),
                              written.eq(0), maxes.eq(0), issued_all.eq(0)]
@@ -186,14 +214,18 @@ class MatrixUnit(MatrixTiming, wiring.Component):
             done_state(core, self, running, issued_all)
 
         # --- beat: addresses (cycle c), operands (c + 1) ---------------------------------------
-        # one beat: the lanes' weight tiles, the x tile (ABUF) and, in one of a pair's beats, its bias (aux + g * L)
+        # one beat: the lanes' weight tiles (a buffer row each: mac_width FP16 or 2 x mac_width INT8 weights), the
+        # x tile (ABUF; with INT8 weights two) and, in one of a pair's beats each, its bias (aux + g * L) and with
+        # INT8 weights its column scales (aux + aux_stride + g * L)
         tile_base = t << lw
         # x is read only when it differs from the previous beat's: a lane not enabled keeps its rows
         x_addr, x_last = Signal(ADDRESS_BITS, name="x_addr"), Signal(ADDRESS_BITS, name="x_last")
-        x_kept = Signal(name="x_kept")
-        core.d.comb += [x_addr.eq(src1 + cur_r * r["src1_stride"] + tile_base),
-                        requests[Space.ABUF].addr[0].eq(x_addr),
-                        requests[Space.ABUF].en[0].eq(issuing & ~(x_kept & (x_addr == x_last)))]
+        x_kept, x_read = Signal(name="x_kept"), Signal(name="x_read")
+        core.d.comb += [x_addr.eq(src1 + cur_r * r["src1_stride"] + Mux(int8, t << lt, tile_base)),
+                        x_read.eq(issuing & ~(x_kept & (x_addr == x_last)))]
+        for lane in range(X):
+            core.d.comb += [requests[Space.ABUF].addr[lane].eq(x_addr + lane * W),
+                            requests[Space.ABUF].en[lane].eq(x_read & (int8 if lane else 1))]
         with core.If(issuing):
             core.d.sync += [x_last.eq(x_addr), x_kept.eq(1)]
         with core.If(~running):
@@ -203,68 +235,99 @@ class MatrixUnit(MatrixTiming, wiring.Component):
             column = cur_g * L + lane
             core.d.comb += [w_request.addr[lane].eq(src2 + column * r["src2_stride"] + tile_base),
                             w_request.en[lane].eq(issuing & (column < n))]
-        # a pair's bias: read at the first of its tiles whose weight lanes leave the bias's first memory free (lane
-        # L, one past the last, would fall in it), else at its last tile; kept for its context until then
+        # a pair's bias and column scales: each read at the first of its tiles whose weight lanes leave its first
+        # memory free (lane L, one past the last, would fall in it), else at its last tile; kept for its context
+        # until then
         C, P = cfg.buffer_chunk_words, cfg.buffer_banks
-        bias_addr, free_addr = Signal(ADDRESS_BITS, name="bias_addr"), Signal(ADDRESS_BITS + 1, name="free_addr")
-        core.d.comb += [bias_addr.eq(aux + cur_g * L),
-                        free_addr.eq(w_request.addr[L - 1] + r["src2_stride"])]
-        free = memory_of(free_addr, C, P) == memory_of(bias_addr, C, P)
-        bias_have = Signal(self.contexts)           # per context: its pair's bias is read
-        have = bias_have.bit_select(slot, 1) & (t != 0)
-        read_bias = Signal()
-        core.d.comb += [read_bias.eq(issuing & has_bias & ~have & (free | last_tile)),
-                        w_request.addr[self.bias_lane].eq(bias_addr), w_request.en[self.bias_lane].eq(read_bias)]
-        with core.If(issuing):
-            core.d.sync += bias_have.bit_select(slot, 1).eq(have | read_bias)
-        beat = Signal(data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
-                                         "bias": 1, "r": 32, "g": 32}))
+        free_addr = Signal(ADDRESS_BITS + 1, name="free_addr")
+        core.d.comb += free_addr.eq(w_request.addr[L - 1] + r["src2_stride"])
+        pair_words = {"bias": (self.bias_lane, aux, has_bias), "scale": (self.scale_lane, aux + r["aux_stride"], int8)}
+        reads = {}
+        for name, (lane, base, used) in pair_words.items():
+            addr = Signal(ADDRESS_BITS, name=f"{name}_addr")
+            core.d.comb += addr.eq(base + cur_g * L)
+            free = memory_of(free_addr, C, P) == memory_of(addr, C, P)
+            read_already = Signal(self.contexts, name=f"{name}_have")     # per context: its pair's words are read
+            have = read_already.bit_select(slot, 1) & (t != 0)
+            reads[name] = Signal(name=f"read_{name}")
+            core.d.comb += [reads[name].eq(issuing & used & ~have & (free | last_tile)),
+                            w_request.addr[lane].eq(addr), w_request.en[lane].eq(reads[name])]
+            with core.If(issuing):
+                core.d.sync += read_already.bit_select(slot, 1).eq(have | reads[name])
+        beat_layout = data.StructLayout({"valid": 1, "t": 32, "ctx": range(self.contexts), "first": 1, "last": 1,
+                                         "bias": 1, "scale": 1, "r": 32, "g": 32})
+        beat = Signal(beat_layout)
         core.d.comb += [beat.valid.eq(issuing), beat.t.eq(t), beat.ctx.eq(slot), beat.first.eq(t == 0),
-                        beat.last.eq(last_tile), beat.bias.eq(read_bias), beat.r.eq(cur_r), beat.g.eq(cur_g)]
+                        beat.last.eq(last_tile), beat.bias.eq(reads["bias"]), beat.scale.eq(reads["scale"]),
+                        beat.r.eq(cur_r), beat.g.eq(cur_g)]
         beat1 = pipe(core, beat, 1, name="beat1")
 
-        # a pair's row, column group and bias wait for its sums
-        meta_layout = data.StructLayout({"r": 32, "g": 32, "bias": data.ArrayLayout(16, L)})
+        # a pair's row, column group, bias and scales wait for its sums
+        meta_layout = data.StructLayout({"r": 32, "g": 32, "bias": data.ArrayLayout(16, L),
+                                         "scale": data.ArrayLayout(16, L)})
         core.submodules.meta = meta = fifo.SyncFIFO(width=meta_layout.size,
-                                                    depth=2 + READ_LATENCY + self.tree_latency + self.latency)
-        bias_read = weights[self.bias_lane].as_value()[:16 * L]
-        kept_bias = 0
-        for c in range(self.contexts):
-            kept = Signal(16 * L, name=f"bias_ctx{c}")
-            with core.If(beat1.valid & beat1.bias & (beat1.ctx == c)):
-                core.d.sync += kept.eq(bias_read)
-            kept_bias = Mux(beat1.ctx == c, kept, kept_bias)
-        core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last),
-                        meta.w_data.eq(Cat(beat1.r, beat1.g, Mux(beat1.bias, bias_read, kept_bias)))]
+                                                    depth=2 + READ_LATENCY + self.int8_tree_latency + self.latency)
+        pair_values = []
+        for name, (lane, _, _) in pair_words.items():
+            read = weights[lane].as_value()[:16 * L]
+            kept_value = 0
+            for c in range(self.contexts):
+                kept = Signal(16 * L, name=f"{name}_ctx{c}")
+                with core.If(beat1.valid & beat1[name] & (beat1.ctx == c)):
+                    core.d.sync += kept.eq(read)
+                kept_value = Mux(beat1.ctx == c, kept, kept_value)
+            pair_values.append(Mux(beat1[name], read, kept_value))
+        core.d.comb += [meta.w_en.eq(beat1.valid & beat1.last), meta.w_data.eq(Cat(beat1.r, beat1.g, *pair_values))]
 
+        # FP16 weights: a MAC tree a lane. INT8 weights (numerics.int8_tile_sums): the beat's 2 x W activations
+        # aligned once (Int8AlignerCore), then a lane's products with its row's 2 x W weights (low byte first)
         in_k = [((beat1.t << lw) + i) < k for i in range(W)]
+        in_k8 = [((beat1.t << lt) + i) < k for i in range(T)]
+        x_tiles = [tile_data[Space.ABUF][i // W][i % W] for i in range(T)]
+        aligner = core.submodules.int8_aligner = Int8AlignerCore(T)
+        core.d.comb += [aligner.i[i].eq(Mux(in_k8[i], x_tiles[i], 0)) for i in range(T)]
+        tag16 = pipe(core, beat1, self.tree_latency, name="tag")
+        tag8 = pipe(core, beat1, self.int8_tree_latency, name="tag8")
+        tag = Signal(beat_layout, name="tag_sums")
+        core.d.comb += tag.eq(Mux(int8, tag8, tag16))
         accs = []
-        tag = pipe(core, beat1, self.tree_latency, name="tag")
         for lane in range(L):
             tree = core.submodules[f"tree{lane}"] = MacTreeCore(W)
             for i in range(W):
                 core.d.comb += [tree.i.x[i].eq(Mux(in_k[i], x_data[i], 0)),
                              tree.i.w[i].eq(Mux(in_k[i], weights[lane][i], 0))]
+            lane8 = core.submodules[f"int8_lane{lane}"] = Int8LaneCore(T)
+            row = weights[lane].as_value()
+            core.d.comb += [lane8.i.a.eq(aligner.o.a), lane8.i.cls.eq(aligner.o.cls), lane8.i.emax.eq(aligner.o.emax)]
+            core.d.comb += [lane8.i.q[i].eq(delay(core, Mux(in_k8[i], row[8 * i:8 * i + 8], 0), aligner.latency,
+                                                  name=f"q{lane}_{i}")) for i in range(T)]
             acc = core.submodules[f"acc{lane}"] = TileAccumulator(self.contexts)
             accs.append(acc)
-            core.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(tree.o), acc.i.payload.ctx.eq(tag.ctx),
-                         acc.i.payload.first.eq(tag.first), acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
+            core.d.comb += [acc.i.valid.eq(tag.valid), acc.i.payload.data.eq(Mux(int8, lane8.o, tree.o)),
+                            acc.i.payload.ctx.eq(tag.ctx), acc.i.payload.first.eq(tag.first),
+                            acc.i.payload.last.eq(tag.last), acc.o.ready.eq(1)]
 
         # --- output: bias, FP16, GELU, mask, write; row max ---------------------------------------
         out_valid = accs[0].o.valid
         core.d.comb += meta.r_en.eq(out_valid)
         pair = data.View(meta_layout, meta.r_data)
         bias = pipe(core, pair.bias, READ_LATENCY, name="bias")    # in step with the sums, as when it was read here
+        # INT8: sum x column scale (FP32Fp16MulCore) while the bias is widened; the product meets it at the adder
+        scale_wait = READ_LATENCY + FP16MulCore.latency - FP32Fp16MulCore.latency
+        assert scale_wait >= 0
         tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32}))
         core.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
         tag1 = pipe(core, tag, 1, name="out1")
         results = []
         for lane in range(L):
             sums = delay(core, accs[lane].o.payload.data, READ_LATENCY + FP16MulCore.latency, name=f"sum{lane}")
+            scaled = core.submodules[f"scale{lane}"] = FP32Fp16MulCore()
+            core.d.comb += [scaled.i.a.eq(accs[lane].o.payload.data), scaled.i.s.eq(pair.scale[lane])]
+            product = delay(core, scaled.o, scale_wait, name=f"product{lane}")
             mul = core.submodules[f"bias{lane}"] = FP16MulCore()
             core.d.comb += [mul.i.a.eq(Mux(has_bias, bias[lane], FP16_NEG_ZERO)), mul.i.b.eq(FP16_ONE)]
             add = core.submodules[f"add{lane}"] = FP32AddCore()
-            core.d.comb += [add.i.a.eq(sums), add.i.b.eq(mul.o)]
+            core.d.comb += [add.i.a.eq(Mux(int8, product, sums)), add.i.b.eq(mul.o)]
             conv = core.submodules[f"fp16_{lane}"] = ToFP16Core()
             core.d.comb += conv.i.eq(add.o)
             act = core.submodules[f"gelu{lane}"] = SpecialFunctionCore("gelu")

@@ -25,7 +25,7 @@ from ringgpt.hw.isa import (EXECUTING_UNITS, NUM_REGS, REDUCTIONS, REG_BITS, STR
 from ringgpt.hw.resolved import ADDRESS_LIMIT
 
 from .fetch import PC_BITS
-from .interfaces import ADDRESS_BITS, IssueLayout, resolve
+from .interfaces import ADDRESS_BITS, IssueLayout, resolve, weight_words_of
 
 MEMORY_SPACES = (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST)
 """The spaces a footprint tracks (NONE and IMM operands touch no memory)."""
@@ -61,9 +61,10 @@ def footprint_rules(r: dict, flags) -> dict:
                             (MATRIX_OPS, rows, k, own("src1"), False),
                             ((Opcode.GATHER,), rows, n, zero, True)],
         ("reads", "src2"): [((Opcode.GATHER,), one, rows, zero, False),
-                            (MATRIX_OPS, n, k, own("src2"), False),
+                            (MATRIX_OPS, n, weight_words_of(k, flags.int8), own("src2"), False),
                             (VECTOR_OPS, rows, row_or_n(flags.src2_row_scalar), own("src2"), False)],
-        ("reads", "aux"): [((Opcode.MATMUL,), one, n, zero, False),
+        # MATMUL: the bias row, and with INT8 weights their column scales' row aux_stride after it
+        ("reads", "aux"): [((Opcode.MATMUL,), Mux(flags.int8, 2, 1), n, Mux(flags.int8, own("aux"), 0), False),
                            (VECTOR_OPS, rows, row_or_n(flags.aux_row_scalar), own("aux"), False)],
         ("writes", "dst"): [(COPIES, Mux(flags.transpose, n, rows), Mux(flags.transpose, rows, n), own("dst"), False),
                             ((Opcode.GATHER, Opcode.RECV) + MATRIX_OPS, rows, n, own("dst"), False),

@@ -8,9 +8,11 @@ import functools
 import numpy as np
 
 from ringgpt.hw import hbm
+from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.accumulator import TileAccumulator
 from ringgpt.hw.arith.fp16_mul import FP16MulCore
 from ringgpt.hw.arith.fp32_add import FP32AddCore
+from ringgpt.hw.arith.int8_tile import int8_tile_latency
 from ringgpt.hw.arith.mac_tree import mac_tree_latency
 from ringgpt.hw.arith.max_tree import max_tree_latency
 from ringgpt.hw.arith.special import LATENCY as SPECIAL_LATENCY
@@ -35,8 +37,9 @@ FETCH_BURSTS = 4
 
 class MatrixTiming:
     """The matrix unit's pipeline (hw/core/matrix.py): `latency` cycles from a beat's issue to its result's write
-    (read, MAC tree, accumulator, bias register, FP16 widen, FP32 add, FP16, GELU), `row_max_latency` more for
-    MASKED_QK's row maximum, `loop_latency` between tiles of one sum."""
+    (read, MAC tree, accumulator, bias register, FP16 widen, FP32 add, FP16, GELU), `int8_latency` with INT8 weights
+    (the INT8 tile's aligner and lane instead of the MAC tree; the column scale's multiply beside the bias's widening),
+    `row_max_latency` more for MASKED_QK's row maximum, `loop_latency` between tiles of one sum."""
 
     def __init__(self, cfg: ArchConfig):
         self.cfg = cfg
@@ -47,6 +50,8 @@ class MatrixTiming:
         self.post_latency = READ_LATENCY + FP16MulCore.latency + FP32AddCore.latency + ToFP16Core.latency \
             + SPECIAL_LATENCY["gelu"]
         self.latency = READ_LATENCY + self.tree_latency + TileAccumulator.latency + self.post_latency
+        self.int8_tree_latency = int8_tile_latency(nx.INT8_TILE_ROWS * self.width)
+        self.int8_latency = self.latency - self.tree_latency + self.int8_tree_latency
         self.row_max_latency = max_tree_latency(self.lanes) if self.lanes >= 2 else 0
         self.overhead = UNIT_OVERHEAD
 

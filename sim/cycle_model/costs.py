@@ -47,7 +47,7 @@ def instruction_cost(r: Resolved, cfg: ArchConfig) -> Cost:
         t = unit_timing(cfg)["matrix"]
         tiles = ceil_div(weight_words(r.k, bool(r.flags.int8)), cfg.mac_width)   # a buffer row of weights a beat
         issue = _issue_cycles(r.rows * ceil_div(r.n, cfg.mpu_lanes), tiles, t["loop"])
-        tail = t["latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
+        tail = t["int8_latency" if r.flags.int8 else "latency"] + (t["row_max"] if r.op is Opcode.MASKED_QK else 0)
         if issue:
             issue += matrix_stall_cycles(r, cfg)
         return Cost(unit, t["overhead"] + (issue + tail if issue else 0))

@@ -14,7 +14,8 @@ def unit_timing(cfg: ArchConfig) -> dict:
     """The pipeline depths and fixed overheads of the matrix and vector units of `cfg`, read from the
     units' timing classes (hw/core/timing.py, which the RTL units inherit), not typed into the config."""
     matrix, vector = MatrixTiming(cfg), VectorTiming(cfg)
-    return {"matrix": {"latency": matrix.latency, "row_max": matrix.row_max_latency, "overhead": matrix.overhead,
+    return {"matrix": {"latency": matrix.latency, "int8_latency": matrix.int8_latency,
+                       "row_max": matrix.row_max_latency, "overhead": matrix.overhead,
                        "loop": matrix.loop_latency},
             "vector": {"latency": dict(vector.latency), "overhead": vector.overhead, "loop": vector.loop_latency,
                        "step": {op: vector.step_words(op) for op in opcodes_of(Unit.VECTOR)}}}

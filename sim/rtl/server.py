@@ -6,8 +6,8 @@ commands until `quit`: `load` (programs, HBM segments placed through the ISA's c
 sizes), `load_programs` (every card's program replaced, the memories kept), `write_host` / `read_host`,
 `run` (pos, rows, cycle limit: one start pulse to every core, then wait until all have halted, one has
 stopped on an error, or the limit passed; answers each core's done, error code, error pc, pc and
-counters). With the testbench argument `pause`, every RAM and ring
-link pauses at random (for tests).
+counters; every PROGRESS_CYCLES cycles each core's pc in sim.log). With the testbench argument `pause`,
+every RAM and ring link pauses at random (for tests).
 """
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ from ringgpt.hw.isa import INSTRUCTION_BYTES
 from ringgpt.sim.cocotb_support import bench
 
 from . import process
+
+
+PROGRESS_CYCLES = 10_000
+"""A running `run` logs every core's pc to sim.log this often (a u280 core simulates tens of cycles a second)."""
 
 
 def pauses(seed: int):
@@ -114,8 +118,14 @@ class RingBench:
         dut.pos.value, dut.rows.value, dut.start.value = pos, rows, 1
         await FallingEdge(dut.clk)
         dut.start.value = 0
-        if not dut.finished.value:
-            await First(RisingEdge(dut.finished), ClockCycles(dut.clk, limit))
+        waited = 0
+        while not dut.finished.value and waited < limit:
+            step = min(PROGRESS_CYCLES, limit - waited)
+            await First(RisingEdge(dut.finished), ClockCycles(dut.clk, step))
+            waited += step
+            if not dut.finished.value:
+                pcs = ", ".join(str(int(getattr(dut, f"c{card}_pc").value)) for card in range(self.cards))
+                dut._log.info("run at pos %d: %d cycles, pc %s", pos, waited, pcs)
         await FallingEdge(dut.clk)
         cards = []
         for card in range(self.cards):

@@ -25,7 +25,7 @@ from cocotbext.axi import AxiRamRead, AxiReadBus
 from ringgpt.hw.config import get_config
 from ringgpt.hw.core.controller import REGISTER_WRITES, Controller
 from ringgpt.hw.core.fetch import Fetch
-from ringgpt.hw.core.interfaces import NOT_YET_IN_RTL, ErrorCode, IssueLayout
+from ringgpt.hw.core.interfaces import ErrorCode, IssueLayout
 from ringgpt.hw.isa import (DIM_IMM_BITS, EXECUTING_UNITS, HOST_POS_REG, HOST_ROWS_REG, INSTRUCTION_BITS, INSTRUCTION_BYTES,
                             NUM_REGS, OPCODES, REG_BITS, STRIDE_BITS, Dim, Flags, IllegalInstructionError,
                             Instruction, Opcode, Operand, Space, Unit, control_result, decode)
@@ -77,8 +77,11 @@ def random_instruction(rng: random.Random, opcode: Opcode | None = None, *, smal
     fields, zero dimensions and blocks past 2**32 included."""
     opcode = opcode or rng.choice(UNIT_OPCODES)
     spec = OPCODES[opcode]
+    flags = {f: rng.randrange(2) for f in spec.flags}
     fields = {}
     for name, spaces in spec.operands.items():
+        for flag in (f for f, on in flags.items() if on):     # a set flag may narrow an operand's spaces
+            spaces = spec.flag_operands.get(flag, {}).get(name, spaces)
         space = rng.choice(spaces)
         if space is Space.NONE:
             continue
@@ -95,11 +98,11 @@ def random_instruction(rng: random.Random, opcode: Opcode | None = None, *, smal
         else:
             fields[name] = Dim(rng.choice([0, rng.randrange(NUM_REGS)]),
                                rng.choice([0, 1, rng.randrange(64), rng.randrange(1 << DIM_IMM_BITS)]))
-    unread = {name for names in spec.flag_fields.values() for name in names}   # every flag they need is unset
+    unread = {name for flag, names in spec.flag_fields.items() if not flags[flag] for name in names}
     for name in spec.strides:
         fields[name] = 0 if name in unread else rng.choice([0, 1, 8, rng.randrange(64)] if small else
                                                            [0, 1, rng.randrange(64), rng.randrange(1 << STRIDE_BITS)])
-    fields["flags"] = Flags(**{f: rng.randrange(2) for f in spec.flags if f not in NOT_YET_IN_RTL})
+    fields["flags"] = Flags(**flags)
     return Instruction.make(opcode, **fields)
 
 

@@ -1,8 +1,8 @@
 """cocotb testbench of the matrix unit in the single-instruction harness (Datapath("matrix")):
-random MATMUL (with and without FP32 bias, with and without GELU; weights and bias in WBUF, as the ISA
-requires) and MASKED_QK instructions: dimensions 1, lane and tile edges and non-multiples, strides
-(zero and overlapping source rows included), register-relative operands and dimensions (R0 holding
-garbage that must read as 0), operand data with NaN, Inf, signed zeros and subnormals. Every word of
+random MATMUL (with and without FP32 bias, with and without GELU, FP16 or INT8 weights with their column
+scales; weights, bias and scales in WBUF, as the ISA requires) and MASKED_QK instructions: dimensions 1, lane and
+tile edges and non-multiples, strides (zero and overlapping source rows included), register-relative operands and
+dimensions (R0 holding garbage that must read as 0), operand data with NaN, Inf, signed zeros and subnormals. Every word of
 ABUF and WBUF is compared with the functional simulator after each instruction. Bad instruction
 words must raise the right error code, write nothing and complete."""
 import cocotb
@@ -10,7 +10,7 @@ import numpy as np
 
 from ringgpt.hw import banks
 from ringgpt.hw.core.interfaces import ErrorCode
-from ringgpt.hw.isa import Dim, Flags, Instruction, Opcode, Operand, Space, decode
+from ringgpt.hw.isa import Dim, Flags, Instruction, Opcode, Operand, Space, decode, weight_words
 from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.cases import extent, pick, place, set_field, stride_for
 from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles
@@ -18,24 +18,31 @@ from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_d
                                                  register_relative, resolved_of)
 
 
-def matrix_case(rng, cfg, op: Opcode):
-    """A random legal MATMUL or MASKED_QK: (instruction, registers)."""
-    W, L = cfg.mac_width, cfg.mpu_lanes
+def matrix_case(rng, cfg, op: Opcode, int8: bool = False):
+    """A random legal MATMUL (with `int8`: INT8 weights, their bias and column scales) or MASKED_QK:
+    (instruction, registers)."""
+    W, L, align = cfg.mac_width, cfg.mpu_lanes, cfg.weight_align
+    up = lambda value: -(-value // align) * align        # noqa: E731
+    T = 2 * W if int8 else W                             # weights a tile
     while True:
         rows = pick(rng, [1, 1, 2, 3, 4, 5, 6, 7, 9])
         n = pick(rng, [1, L - 1, L, L + 1, 2 * L, 3 * L + 1, 5 * L - 1, rng.integers(1, 4 * L + 1)]) or 1
-        k = pick(rng, [1, W - 1, W, W + 1, 2 * W, 3 * W - 1, rng.integers(1, 5 * W + 1)]) or 1
+        k = pick(rng, [1, T - 1, T, T + 1, 2 * T, 3 * T - 1, rng.integers(1, 5 * T + 1)]) or 1
         s1 = stride_for(rng, k, overlap=True)
-        s2 = stride_for(rng, k, overlap=True)
+        s2 = up(stride_for(rng, weight_words(k, int8), overlap=True))   # on weight_align boundaries
         sd = stride_for(rng, n, overlap=False)
-        abuf = {"src1": extent(rows, k, s1), "dst": extent(rows, n, sd)}
-        # the weights on weight_align boundaries (their block has room to round its base up)
-        s2 = -(-s2 // cfg.weight_align) * cfg.weight_align
-        wbuf = {"src2": extent(n, k, s2) + cfg.weight_align - 1}
+        if int8:                                         # INT8: the activations too
+            s1 = up(s1)
+        abuf = {"src1": extent(rows, k, s1) + (align - 1 if int8 else 0), "dst": extent(rows, n, sd)}
+        # the aligned blocks have room to round their bases up
+        wbuf = {"src2": extent(n, weight_words(k, int8), s2) + align - 1}
         aux_space, sa = Space.NONE, 0
         if op == Opcode.MASKED_QK:
             aux_space, sa = Space.ABUF, int(rng.integers(1, 4))
             abuf["aux"] = extent(rows, 1, sa)
+        elif int8:                              # the bias, and the column scales aux_stride after it
+            aux_space, sa = Space.WBUF, pick(rng, [n, n + int(rng.integers(1, 9)), rng.integers(0, n + 1)])
+            wbuf["aux"] = extent(2, n, sa)
         elif rng.random() < 0.6:                # the bias: a weight, in WBUF
             aux_space = Space.WBUF
             wbuf["aux"] = n
@@ -43,7 +50,9 @@ def matrix_case(rng, cfg, op: Opcode):
         if a_bases is not None and w_bases is not None:
             break
     bases = {**a_bases, **w_bases}
-    bases["src2"] = -(-bases["src2"] // cfg.weight_align) * cfg.weight_align
+    bases["src2"] = up(bases["src2"])
+    if int8:
+        bases["src1"] = up(bases["src1"])
     regs = new_regs()
     spaces = {"dst": Space.ABUF, "src1": Space.ABUF, "src2": Space.WBUF, "aux": aux_space}
 
@@ -60,7 +69,9 @@ def matrix_case(rng, cfg, op: Opcode):
     if op == Opcode.MASKED_QK:
         fields.update(aux=operand("aux"), pos=dim(int(rng.integers(0, n + 2))), aux_stride=sa)
     else:
-        fields.update(aux=operand("aux"), flags=Flags(gelu=int(rng.random() < 0.4)))
+        fields.update(aux=operand("aux"), flags=Flags(gelu=int(rng.random() < 0.4), int8=int(int8)))
+        if int8:
+            fields.update(aux_stride=sa)
     return Instruction.make(op, **fields), finish_regs(rng, regs)
 
 
@@ -71,7 +82,7 @@ async def run_random(dut, count: int, seed: int):
     cfg = tb.cfg
     for index in range(count):
         op = Opcode.MATMUL if index % 3 else Opcode.MASKED_QK
-        inst, regs = matrix_case(rng, cfg, op)
+        inst, regs = matrix_case(rng, cfg, op, int8=index % 3 == 2)
         state = random_state(rng, cfg)
         if index % 4 == 0:    # no specials: every output finite, the rounding paths exercised
             state = {space: fp16_data(rng, len(words), specials=0.0) for space, words in state.items()}
@@ -115,9 +126,11 @@ async def bad_instructions_raise_errors(dut):
     cases.append(("gelu on MASKED_QK", inst, regs, set_field(inst.encode(), "flags.gelu", 1), ErrorCode.RESERVED))
     matmul, regs = matrix_case(rng, cfg, Opcode.MATMUL)
     word = set_field(matmul.encode(), "aux.space", Space.WBUF.value)
-    cases += [("INT8 weights: not yet in the RTL (NOT_YET_IN_RTL)", matmul, regs,
-               set_field(set_field(word, "flags.int8", 1), "aux_stride", 8), ErrorCode.RESERVED),
-              ("aux_stride without the int8 flag", matmul, regs, set_field(word, "aux_stride", 8), ErrorCode.RESERVED)]
+    cases += [("aux_stride without the int8 flag", matmul, regs, set_field(word, "aux_stride", 8), ErrorCode.RESERVED),
+              ("INT8 weights without their scales (aux NONE)", matmul, regs,
+               set_field(set_field(matmul.encode(), "flags.int8", 1), "aux.space", Space.NONE.value),
+               ErrorCode.BAD_SPACE),
+              ("INT8 on MASKED_QK", inst, regs, set_field(inst.encode(), "flags.int8", 1), ErrorCode.RESERVED)]
     # weights off weight_align boundaries: their start (through R3 = 1), or their column stride
     align = cfg.weight_align
     aligned = dict(dst=Operand(Space.ABUF, 0, 0), src1=Operand(Space.ABUF, 0, 512), src2=Operand(Space.WBUF, 0, 0),
@@ -129,6 +142,15 @@ async def bad_instructions_raise_errors(dut):
                                                           "src2_stride": 2 * align - 1})):
         misaligned = Instruction.make(Opcode.MATMUL, **{**aligned, **change})
         cases.append((label, misaligned, r3, misaligned.encode(), ErrorCode.MISALIGNED))
+    # INT8: the activations on weight_align boundaries too; the scales' row inside WBUF
+    int8 = {**aligned, "aux": Operand(Space.WBUF, 0, 4 * align), "aux_stride": 3, "flags": Flags(int8=1)}
+    for label, change, code in (
+            ("INT8 activations start off a tile boundary", {"src1": Operand(Space.ABUF, 3, 512)}, ErrorCode.MISALIGNED),
+            ("INT8 activations step off a tile boundary", {"src1_stride": align + 1}, ErrorCode.MISALIGNED),
+            ("INT8 scales past WBUF (the bias inside)", {"aux": Operand(Space.WBUF, 0, cfg.wbuf_words - 3)},
+             ErrorCode.OUT_OF_RANGE)):
+        bad = Instruction.make(Opcode.MATMUL, **{**int8, **change})
+        cases.append((label, bad, r3, bad.encode(), code))
     vadd = Instruction.make(Opcode.VADD, dst=Operand(Space.ABUF), src1=Operand(Space.ABUF), src2=Operand(Space.ABUF),
                             rows=Dim(0, 1), n=Dim(0, 4))
     cases.append(("VADD to the matrix unit", vadd, [0] * 16, vadd.encode(), ErrorCode.WRONG_UNIT))
@@ -175,7 +197,14 @@ async def full_rate(dut):
             # columns 2 * W apart, the bias where lane L would read its first tile: read with that tile, no stall
             (Opcode.MATMUL, 1, L, 2 * W, {"src2_stride": 2 * W, "aux": wbuf(2 * W * L)}, 0),
             # 3 weight columns a period apart: 3 cycles a beat
-            (Opcode.MATMUL, 1, 3, W, {"src2_stride": period}, 2)):
+            (Opcode.MATMUL, 1, 3, W, {"src2_stride": period}, 2),
+            # INT8 weights: 2 x W a beat (one buffer row a lane), the x tile two aligned rows; the bias and the
+            # column scales each read in a beat that leaves its memory free (stalls counted by the model only)
+            (Opcode.MATMUL, 1, 5 * L, 4 * W, {"src2_stride": 2 * W, "aux": wbuf(5 * L * 2 * W), "aux_stride": 5 * L,
+                                              "flags": Flags(int8=1)}, None),
+            (Opcode.MATMUL, 2, 3 * L, 2 * W + 3, {"src2_stride": 2 * W, "src1_stride": 3 * W,
+                                                  "aux": wbuf(3 * L * 2 * W + 1), "aux_stride": 3 * L + 2,
+                                                  "flags": Flags(int8=1, gelu=1)}, None)):
         fields = dict(dst=abuf(0), src1=abuf(1024), src2=wbuf(0), rows=Dim(0, rows), n=Dim(0, n), k=Dim(0, k),
                       dst_stride=n, src1_stride=k, src2_stride=k)
         if op == Opcode.MASKED_QK:
@@ -185,9 +214,10 @@ async def full_rate(dut):
         modeled = matrix_stall_cycles(resolved_of(inst, [0] * 16), cfg)
         assert stalls is None or modeled == stalls, f"{inst}: the model counts {modeled} stalls, by hand {stalls}"
         cycles = await tb.check_instruction(inst, [0] * 16, random_state(rng, cfg), label="full rate")
-        pairs, tiles = rows * -(-n // L), -(-k // W)
+        pairs, tiles = rows * -(-n // L), -(-weight_words(k, inst.flags.int8) // W)
         issue = pairs * tiles if pairs >= unit.loop_latency else (tiles - 1) * unit.loop_latency + pairs
-        expected = unit.overhead + issue + modeled + unit.latency + (unit.row_max_latency if op == Opcode.MASKED_QK else 0)
+        latency = unit.int8_latency if inst.flags.int8 else unit.latency
+        expected = unit.overhead + issue + modeled + latency + (unit.row_max_latency if op == Opcode.MASKED_QK else 0)
         assert cycles == expected, f"{inst}: {cycles} busy cycles, expected {expected} ({issue} issue, {modeled} stalls)"
     tb.save_records(bench.args().get("record"))
 
@@ -200,6 +230,7 @@ async def contended_instructions_bit_exact(dut):
     tb = DatapathTB(dut)
     await tb.start()
     rng = np.random.default_rng(args["seed"] + 1)
-    cases = [(*matrix_case(rng, tb.cfg, Opcode.MATMUL if index % 2 else Opcode.MASKED_QK), random_state(rng, tb.cfg))
+    cases = [(*matrix_case(rng, tb.cfg, Opcode.MATMUL if index % 2 else Opcode.MASKED_QK, int8=index % 4 == 3),
+              random_state(rng, tb.cfg))
              for index in range(max(4, args["instructions"] // 10))]
     await tb.check_contended(cases)
