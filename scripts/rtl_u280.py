@@ -14,6 +14,7 @@ logit differs.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import click
@@ -44,6 +45,7 @@ def main(preset: str, cards: int, model: str, simulator: str, weights: str, prom
     """Run the model on the RTL and on the functional simulator; print and record the comparison."""
     entry = compare_with_simulator(get_config(preset, cards), model, simulator=simulator, prompt_tokens=prompt_tokens,
                                    decode_runs=decode_runs, max_context=max_context, weights=weights)
+    entry["commit"] = _commit()
     click.echo(json.dumps(entry, indent=1))
     try:
         runs = json.loads(out.read_text())["runs"]
@@ -55,6 +57,17 @@ def main(preset: str, cards: int, model: str, simulator: str, weights: str, prom
     identical = entry["bit_identical"]
     click.echo(f"{'PASS' if identical else 'FAIL'}: logits {'bit-identical' if identical else 'differ'}; wrote {out}")
     raise SystemExit(0 if identical else 1)
+
+
+def _commit() -> str:
+    """The checkout's commit, "-dirty" when its tracked files differ from it ("unknown" outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
 
 
 if __name__ == "__main__":

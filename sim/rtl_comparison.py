@@ -57,15 +57,33 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
         device.close()
     identical = (result.generated_ids == golden.generated_ids and result.logits.shape == golden.logits.shape
                  and np.array_equal(result.logits.view(np.uint32), golden.logits.view(np.uint32)))
+    difference = logit_difference(result.logits, golden.logits)
     rtl_cycles = [run.cycles for run in result.runs]
     wall = sum(run.wall_seconds for run in result.runs)
     return {"config": config.name, "cards": config.cards, "model": model, "weights": weights,
             "n_layer": net.config.n_layer, "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,
             "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "simulator": simulator,
-            "bit_identical": bool(identical), "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
+            "bit_identical": bool(identical), **difference, "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
             "model_error_pct": [round(100 * (m - r) / r, 2) for m, r in zip(model_cycles, rtl_cycles)],
             "build_dir": str(build_dir), "build_wall_s": round(build_wall, 1), "build_s": built.get("build_s"),
             "verilog_s": built.get("verilog_s"),
             "verilog_mb": round(built["verilog_bytes"] / 1e6, 1) if "verilog_bytes" in built else None,
             "peak_rss_mb": built.get("peak_rss_mb"), "run_wall_s": round(wall, 1),
             "cycles_per_s": round(sum(rtl_cycles) / wall, 1) if wall else None}
+
+
+def logit_difference(got: np.ndarray, want: np.ndarray) -> dict:
+    """Where the RTL's logits (one row a generated token) leave the simulator's: how many differ in bits, the
+    first row that does, the largest absolute difference and the largest relative to the row's largest magnitude
+    (NaN where a value is not finite)."""
+    if got.shape != want.shape:
+        return {"logits_differing": None, "first_differing_token": None, "max_abs_diff": None, "max_rel_diff": None}
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    rows = np.nonzero(differ.any(axis=-1))[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        gap = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        scale = np.abs(want.astype(np.float64)).max(axis=-1, keepdims=True)
+        relative = gap / np.where(scale > 0, scale, 1)
+    return {"logits_differing": int(differ.sum()), "first_differing_token": int(rows[0]) if len(rows) else None,
+            "max_abs_diff": float(np.nanmax(gap)) if gap.size else 0.0,
+            "max_rel_diff": float(np.nanmax(relative)) if relative.size else 0.0}

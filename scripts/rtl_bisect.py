@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The first instruction of a compiled program whose result on the cores' RTL differs from the functional
+simulator's: card 0's program for a prompt run, cut after instruction i, then every ABUF word the kept instructions
+write (the bounds of their footprints, hw/resolved.access_ranges) stored to the host buffer, run on `RtlDevice` and
+on `SimulatorDevice` side by side. i grows 8, 16, 32, ... until the two host buffers differ, then is bisected.
+
+    python scripts/rtl_bisect.py --config u280                     # GPT-2 345M's width, one layer, a 1-token prompt
+
+Assumes, as a prefix of a straight-line program, that a result once wrong stays visible in ABUF or in what is
+computed from it (a wrong WBUF or HBM write shows when an instruction reads it). Each probe after the first keeps the
+memories of the one before (`load_programs`), as both back ends do alike. Exit status 1 when a difference is found.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import click
+import numpy as np
+
+from ringgpt.host.compiler import compile_model
+from ringgpt.host.reference.models import load_model
+from ringgpt.hw.config import get_config
+from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
+from ringgpt.hw.program import Program
+from ringgpt.hw.resolved import access_ranges, resolve_run
+from ringgpt.sim.cocotb_support.runner import SIMULATORS
+from ringgpt.sim.functional import SimulatorDevice
+from ringgpt.sim.rtl.device import RtlDevice
+from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL
+
+
+def abuf_written(resolved: list, chunk: int) -> tuple[int, int]:
+    """The chunk-aligned bounds [lo, hi) of every ABUF word the instructions in `resolved` write ((0, 0): none)."""
+    ranges = [(lo, hi) for r in resolved if r is not None for space, lo, hi in access_ranges(r)[1]
+              if space is Space.ABUF]
+    if not ranges:
+        return 0, 0
+    lo, hi = min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
+    return lo // chunk * chunk, -(-hi // chunk) * chunk
+
+
+def probe_programs(image, cut: int, lo: int, hi: int, at: int) -> list[Program]:
+    """Card 0's program cut after `cut` instructions, then ABUF[lo:hi] stored to host word `at` and HALT (other
+    cards: HALT)."""
+    card = image.cards[0].program
+    store = Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, at), src1=Operand(Space.ABUF, 0, lo),
+                             rows=Dim(0, 1), n=Dim(0, hi - lo))
+    tail = ([store] if hi > lo else []) + [Instruction.make(Opcode.HALT)]
+    return [dataclasses.replace(card, instructions=card.instructions[:cut] + tail)] + \
+        [dataclasses.replace(c.program, instructions=[Instruction.make(Opcode.HALT)]) for c in image.cards[1:]]
+
+
+def first_difference(differs, length: int, first: int = 8) -> int | None:
+    """The smallest cut in 1..length for which `differs(cut)` holds (a prefix of the program shows the difference,
+    and every longer one does), or None: cuts first, 2 x first, ... until one differs, then bisection."""
+    good, cut = 0, min(first, length)
+    while not differs(cut):
+        if cut >= length:
+            return None
+        good, cut = cut, min(2 * cut, length)
+    while cut - good > 1:
+        middle = (good + cut) // 2
+        good, cut = (good, middle) if differs(middle) else (middle, cut)
+    return cut
+
+
+@click.command()
+@click.option("--config", "preset", default="u280", show_default=True)
+@click.option("--model", default=REAL_WIDTH_MODEL, show_default=True)
+@click.option("--weights", type=click.Choice(["fp16", "int8"]), default="fp16", show_default=True)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--simulator", type=click.Choice(SIMULATORS), default="verilator", show_default=True)
+@click.option("--first", type=click.IntRange(min=1), default=8, show_default=True, help="the first cut")
+def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: str, first: int) -> None:
+    """Find the first instruction whose ABUF result differs between the RTL and the functional simulator."""
+    config = get_config(preset, 1)
+    net = load_model(model, seed=7)
+    image = compile_model(net, config, 64, weights=weights)
+    program = image.cards[0].program.instructions
+    length = next(i for i, inst in enumerate(program) if inst.opcode is Opcode.HALT)    # the cuts before its HALT
+    resolved = resolve_run(program, 0, 0, prompt_tokens)
+    lo, hi = abuf_written(resolved, config.buffer_chunk_words)
+    at = -(-image.cards[0].host_words // config.buffer_chunk_words) * config.buffer_chunk_words   # past the program's
+    image = dataclasses.replace(image, cards=[dataclasses.replace(c, host_words=at + hi - lo) for c in image.cards])
+    ids = np.array([(37 * i + 11) % net.config.vocab_size for i in range(prompt_tokens)])   # rtl_comparison's
+    golden, rtl = SimulatorDevice(config), RtlDevice(config, simulator=simulator, cycle_limit=1 << 22)
+    loaded = False
+
+    def differs(cut: int) -> bool:
+        nonlocal loaded
+        lo, hi = abuf_written(resolved[:cut], config.buffer_chunk_words)
+        programs = probe_programs(image, cut, lo, hi, at)
+        started = time.perf_counter()
+        words = []
+        for device in (golden, rtl):
+            if loaded:
+                device.load_programs(programs)
+            else:
+                device.load(dataclasses.replace(image, cards=[dataclasses.replace(c, program=p)
+                                                               for c, p in zip(image.cards, programs)]))
+            device.write_host(0, image.meta["host"]["ids_offset"], ids.astype(np.uint16))
+            device.write_host(0, at, np.zeros(hi - lo, np.uint16))          # no word left from the probe before
+            stats = device.run(0, prompt_tokens)
+            words.append(device.read_host(0, at, hi - lo).view(np.uint16) if hi > lo else np.zeros(0, np.uint16))
+        loaded = True
+        bad = np.nonzero(words[0] != words[1])[0]
+        click.echo(f"cut {cut:5d} (last {program[cut - 1].opcode.name}): ABUF[{lo}:{hi}] "
+                   f"{'differs in ' + str(len(bad)) + ' words' if len(bad) else 'equal'}; "
+                   f"{stats.cycles} RTL cycles, {time.perf_counter() - started:.0f} s", err=True)
+        if len(bad):
+            click.echo("  " + ", ".join(f"ABUF[{lo + a}] RTL {words[1][a]:#06x} simulator {words[0][a]:#06x}"
+                                        for a in bad[:6]), err=True)
+        return bool(len(bad))
+
+    try:
+        cut = first_difference(differs, length, first)
+    finally:
+        rtl.close()
+    if cut is None:
+        click.echo(f"no difference in ABUF over the whole program ({length} instructions before its HALT)")
+        raise SystemExit(0)
+    click.echo(f"first difference after instruction {cut - 1}: {program[cut - 1]}")
+    raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

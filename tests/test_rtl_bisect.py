@@ -1,0 +1,43 @@
+"""scripts/rtl_bisect.py's parts: the search for the first differing cut, the ABUF bounds a program prefix writes, and
+the probe program (the prefix, a STORE of those bounds to the host, HALT). Its runs on the RTL are the script's."""
+import pytest
+
+from ringgpt.hw.core.datapath import small_config
+from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
+from ringgpt.hw.resolved import resolve_run
+
+from device_checks import program_image
+
+CONFIG = small_config("sim-small", abuf_words=4096, wbuf_words=2048)
+
+
+@pytest.mark.parametrize("length, bad", [(1, 1), (7, 3), (100, 1), (100, 37), (100, 100), (300, 129), (50, None)])
+def test_the_search_finds_the_first_differing_cut(load_script, length, bad):
+    asked = []
+
+    def differs(cut):
+        asked.append(cut)
+        return bad is not None and cut >= bad
+    assert load_script("rtl_bisect").first_difference(differs, length) == bad
+    assert len(asked) <= 2 * length.bit_length() + 2
+
+
+def test_a_probe_stores_what_its_prefix_wrote(load_script):
+    bisect = load_script("rtl_bisect")
+    abuf = lambda offset: Operand(Space.ABUF, 0, offset)       # noqa: E731
+    program = [Instruction.make(Opcode.LOAD, dst=abuf(100), src1=Operand(Space.HBM, 0, 0), rows=Dim(0, 1), n=Dim(0, 8)),
+               Instruction.make(Opcode.VADD, dst=abuf(300), src1=abuf(100), src2=abuf(100), rows=Dim(0, 2),
+                                n=Dim(0, 8), dst_stride=8, src1_stride=0, src2_stride=0),
+               Instruction.make(Opcode.HALT)]
+    resolved = resolve_run(program, 0, 0, 1)
+    chunk = CONFIG.buffer_chunk_words
+    assert bisect.abuf_written(resolved[:1], chunk) == (96, 112)          # [100, 108) on 8-word chunks
+    assert bisect.abuf_written(resolved[:2], chunk) == (96, 320)          # and [300, 316)
+    assert bisect.abuf_written([], chunk) == (0, 0)
+    image = program_image(CONFIG.with_cards(2), [program, [Instruction.make(Opcode.HALT)]])
+    probe, other = bisect.probe_programs(image, 1, 96, 112, 64)
+    assert probe.instructions[0] == program[0] and [i.opcode for i in probe.instructions[1:]] == [Opcode.STORE,
+                                                                                                  Opcode.HALT]
+    store = probe.instructions[1]
+    assert (store.dst, store.src1, store.n.imm) == (Operand(Space.HOST, 0, 64), Operand(Space.ABUF, 0, 96), 16)
+    assert [i.opcode for i in other.instructions] == [Opcode.HALT]
