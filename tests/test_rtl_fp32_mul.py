@@ -2,11 +2,12 @@
 Amaranth's simulator."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.fp32_mul import FP32Fp16MulCore, FP32IntMultiplier
 from ringgpt.sim.tb import vectors
+
+from free_running import outputs
 from ringgpt.sim.cocotb_support.runner import Design
 
 VECTORS = {"verilator": 40_000, "icarus": 8_000}
@@ -44,22 +45,11 @@ def test_fp32_fp16_multiplier_bit_exact_in_amaranth_simulation():
     """FP32Fp16MulCore (the matrix unit's INT8 column scale) against numerics.mul_fp32, one product a cycle."""
     a, s, expected = scale_case(5, 3000)
     dut = FP32Fp16MulCore()
-    got = []
 
-    async def bench(ctx):
-        for n in range(len(a) + dut.latency):
-            if n < len(a):
-                ctx.set(dut.i.a.as_value(), int(a[n]))
-                ctx.set(dut.i.s.as_value(), int(s[n]))
-            await ctx.tick()
-            if n + 1 >= dut.latency:
-                got.append(ctx.get(dut.o.as_value()))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-    got = np.array(got[:len(a)], np.uint32)
+    def feed(ctx, n):
+        ctx.set(dut.i.a.as_value(), int(a[n]))
+        ctx.set(dut.i.s.as_value(), int(s[n]))
+    got = outputs(dut, feed, len(a))
     bad = np.nonzero(got != expected)[0]
     assert not len(bad), (f"{len(bad)} products differ, first a={a[bad[0]]:#010x} s={s[bad[0]]:#06x}: "
                           f"got {got[bad[0]]:#010x}, expected {expected[bad[0]]:#010x}")

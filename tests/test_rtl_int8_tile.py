@@ -3,13 +3,14 @@ tile (16 weights) and at u280's (128) in the default suite, and as a stream unde
 part of a unit the core builds, so CI's budget goes to the units that are)."""
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from ringgpt.hw import numerics as nx
 from ringgpt.hw.arith.int8_tile import Int8LaneCore, Int8Tile, Int8TileCore
 from ringgpt.hw.config import get_config
 from ringgpt.sim.cocotb_support.runner import Design
 from ringgpt.sim.tb.tb_int8_tile import case
+
+from free_running import outputs
 
 WIDTH = nx.INT8_TILE_ROWS * get_config("sim-small").mac_width
 U280_WIDTH = nx.INT8_TILE_ROWS * get_config("u280").mac_width
@@ -40,24 +41,13 @@ def test_int8_tile_bit_exact_in_amaranth_simulation(width, rows):
     the free-running core, one a cycle, at sim-small's tile and at u280's (128 weights)."""
     vectors, _, expected = case(3, rows, width)
     dut = Int8TileCore(width)
-    got = []
 
-    async def bench(ctx):
-        for n in range(len(vectors) + dut.latency):
-            if n < len(vectors):
-                x, q = vectors[n]
-                for j in range(width):
-                    ctx.set(dut.i.x[j].as_value(), x[j])
-                    ctx.set(dut.i.q[j], q[j])
-            await ctx.tick()
-            if n + 1 >= dut.latency:
-                got.append(ctx.get(dut.o.as_value()))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
-    got = np.array(got[:len(vectors)], np.uint32)
+    def feed(ctx, n):
+        x, q = vectors[n]
+        for j in range(width):
+            ctx.set(dut.i.x[j].as_value(), x[j])
+            ctx.set(dut.i.q[j], q[j])
+    got = outputs(dut, feed, len(vectors))
     assert np.array_equal(got, expected), f"{int((got != expected).sum())} tiles differ, first {np.argmax(got != expected)}"
 
 
