@@ -21,7 +21,7 @@ other build, on the Verilog of `hw/verilog.convert` (each distinct module once),
 | vector (pass) | 18.3 MB | 123 MB, 171 files | 16 min: conversion 3, Verilator 6 (170 s CPU), C++ 7 | 1.5 GB (Verilator) | 8.8 min |
 | router (pass, after the fix below) | 1.8 MB | 19 MB, 26 files | 3.5 min | 0.5 GB | 9.1 min (3.0 of them the regression's 20 cases) |
 | DMA (passing so far, see below) | 12.4 MB | 141 MB, 155 files | 17 min: conversion 4, Verilator 2.3, C++ 10 | 1.4 GB (Verilator) | over 40 min |
-| matrix (pass, 2026-11-29, merged modules) | 6.1 MB (18.8 MB before `hw/verilog.convert`) | 139 MB, 223 files | 7 min: conversion 2, Verilator 2 (114 s, 1.8 GB), C++ 3 | 2.1 GB | 9 min (12 instructions) |
+| matrix with INT8 weights (pass, 2026-11-29, merged modules, beside one other build) | 14.1 MB (FP16 only: 6.1 MB; 18.8 MB before `hw/verilog.convert`) | 350 files | 16 min: conversion 3.2, Verilator and C++ 13 | 3.5 GB | 17 min (12 instructions, 4 of them INT8; FP16 only: 9) |
 | buffers, 4 u280 cases (Amaranth; now in tests/test_rtl_buffers.py) | | | | 0.1 GB | 23 s + 11 s + 20 s + 56 s |
 
 The whole vector test took 26.5 min wall, 845 s user. At Verilator's default -Os the vector unit's C++ compiled
@@ -100,7 +100,7 @@ def test_u280_dma_bit_exact(run_tb, sim):
 # weight blocks, 79 columns up to 384 words apart, are redrawn, as at sim-small).
 MATRIX = Design.of(HARNESS, unit="matrix", config="u280", abuf_words=4096, wbuf_words=16384) \
     .with_cxx_opt(LARGE_DESIGN_CXX_OPT)
-MATRIX_INSTRUCTIONS = {"verilator": 12, "icarus": 3}       # MATMUL (bias, GELU) and MASKED_QK
+MATRIX_INSTRUCTIONS = {"verilator": 12, "icarus": 3}       # MATMUL (bias, GELU; FP16, INT8) and MASKED_QK
 
 
 @pytest.mark.rtl
