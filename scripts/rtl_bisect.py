@@ -22,6 +22,7 @@ from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import load_model
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
+from ringgpt.hw.numerics import WEIGHT_FORMATS
 from ringgpt.hw.program import Program
 from ringgpt.hw.resolved import access_ranges, resolve_run
 from ringgpt.sim.cocotb_support.runner import SIMULATORS
@@ -68,7 +69,7 @@ def first_difference(differs, length: int, first: int = 8) -> int | None:
 @click.command()
 @click.option("--config", "preset", default="u280", show_default=True)
 @click.option("--model", default=REAL_WIDTH_MODEL, show_default=True)
-@click.option("--weights", type=click.Choice(["fp16", "int8"]), default="fp16", show_default=True)
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True)
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--simulator", type=click.Choice(SIMULATORS), default="verilator", show_default=True)
 @click.option("--first", type=click.IntRange(min=1), default=8, show_default=True, help="the first cut")
