@@ -41,3 +41,30 @@ def test_a_probe_stores_what_its_prefix_wrote(load_script):
     store = probe.instructions[1]
     assert (store.dst, store.src1, store.n.imm) == (Operand(Space.HOST, 0, 64), Operand(Space.ABUF, 0, 96), 16)
     assert [i.opcode for i in other.instructions] == [Opcode.HALT]
+
+
+def test_a_trace_stores_each_abuf_result_in_a_slot_of_its_own(load_script):
+    bisect = load_script("rtl_bisect")
+    abuf = lambda offset: Operand(Space.ABUF, 0, offset)       # noqa: E731
+    program = [Instruction.make(Opcode.LOAD, dst=abuf(100), src1=Operand(Space.HBM, 0, 0), rows=Dim(0, 1), n=Dim(0, 8)),
+               Instruction.make(Opcode.STORE, dst=Operand(Space.HBM, 0, 64), src1=abuf(100), rows=Dim(0, 1),
+                                n=Dim(0, 8)),
+               Instruction.make(Opcode.VADD, dst=abuf(300), src1=abuf(100), src2=abuf(100), rows=Dim(0, 2),
+                                n=Dim(0, 8), dst_stride=8, src1_stride=0, src2_stride=0),
+               Instruction.make(Opcode.VEXP, dst=abuf(8), src1=abuf(300), rows=Dim(0, 1), n=Dim(0, 8)),
+               Instruction.make(Opcode.HALT)]
+    resolved = resolve_run(program, 0, 0, 1)
+    image = program_image(CONFIG.with_cards(2), [program, [Instruction.make(Opcode.HALT)]])
+    (traced, other), slots = bisect.trace_programs(image, resolved, 1, 3, 64, CONFIG.buffer_chunk_words)
+    # instruction 0 is before the span, 1 writes no ABUF, 2 writes [300, 316), 3 is past the span
+    assert slots == [(2, 296, 320, 64)]
+    assert traced.instructions[:3] == program[:3]
+    store = traced.instructions[3]
+    assert (store.opcode, store.dst, store.src1, store.n.imm) == (Opcode.STORE, Operand(Space.HOST, 0, 64),
+                                                                  abuf(296), 24)
+    assert [i.opcode for i in traced.instructions[4:]] == [Opcode.HALT]
+    assert [i.opcode for i in other.instructions] == [Opcode.HALT]
+    (traced, _), slots = bisect.trace_programs(image, resolved, 0, 4, 64, CONFIG.buffer_chunk_words)
+    assert slots == [(0, 96, 112, 64), (2, 296, 320, 80), (3, 8, 16, 104)]
+    assert [i.opcode for i in traced.instructions] == [Opcode.LOAD, Opcode.STORE, Opcode.STORE, Opcode.VADD,
+                                                       Opcode.STORE, Opcode.VEXP, Opcode.STORE, Opcode.HALT]

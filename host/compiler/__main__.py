@@ -11,6 +11,7 @@ import click
 
 from ringgpt.host.cli_support import (EXIT_CHECK_FAILED, EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USER_ERROR, Command,
                                       arch_config, config_options, debug_option, exit_status_help, model_option)
+from ringgpt.hw.numerics import WEIGHT_FORMATS
 
 if TYPE_CHECKING:
     from ringgpt.host.image import ApplianceImage
@@ -82,6 +83,8 @@ def _sigterm_as_interrupt():
 @click.option("--max-context", type=click.IntRange(1, None), default=None,
               help="[default: 1024, or the model's positions if fewer]")
 @click.option("--wbuf-slots", type=click.IntRange(2, None), default=DEFAULT_WBUF_SLOTS, show_default=True)
+@click.option("--weights", type=click.Choice(WEIGHT_FORMATS), default="fp16", show_default=True,
+              help="the matrix weights in HBM: int8 = INT8 with an FP16 scale per output column (W8A16)")
 @click.option("--out", type=click.Path(), required=True,
               help="image folder to write: a new or empty one, or one that holds only an earlier image (a "
                    "manifest.json of ringgpt's and the files it lists)")
@@ -89,18 +92,18 @@ def _sigterm_as_interrupt():
               help="write into a folder that holds other files too (only the image's own files are written, and "
                    "never over a file no ringgpt manifest lists)")
 @debug_option
-def main(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, out: str,
-         force: bool) -> None:
+def main(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, weights: str,
+         out: str, force: bool) -> None:
     """Compile a GPT-2 model into an appliance image folder.
 
     Everything is checked before the model is loaded: the options, the model's config against the architecture,
     and --out (never a file; an existing folder only if it is empty or holds only an image, unless --force)."""
     with _sigterm_as_interrupt():
-        _compile(model, config_name, cards, max_context, wbuf_slots, out, force)
+        _compile(model, config_name, cards, max_context, wbuf_slots, weights, out, force)
 
 
-def _compile(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int, out: str,
-             force: bool) -> None:
+def _compile(model: str, config_name: str, cards: int | None, max_context: int | None, wbuf_slots: int,
+             weights: str, out: str, force: bool) -> None:
     """main's work: the checks, then the compile, the image written and its summary printed."""
     from ringgpt.host.compiler.dims import preflight
     from ringgpt.host.image import check_output_dir
@@ -113,7 +116,7 @@ def _compile(model: str, config_name: str, cards: int | None, max_context: int |
         raise click.BadParameter(f"{max_context} exceeds the model's {fields['n_positions']} positions",
                                  param_hint="'--max-context'")
     max_context = max_context or min(1024, fields["n_positions"])
-    preflight(fields, config, max_context, wbuf_slots=wbuf_slots)
+    preflight(fields, config, max_context, wbuf_slots=wbuf_slots, int8=weights == "int8")
 
     import torch
     from rich.console import Console
@@ -122,7 +125,8 @@ def _compile(model: str, config_name: str, cards: int | None, max_context: int |
     from ringgpt.host.reference.models import load_model
 
     console = Console(width=120)
-    image = compile_model(load_model(model, dtype=torch.float16), config, max_context, wbuf_slots=wbuf_slots)
+    image = compile_model(load_model(model, dtype=torch.float16), config, max_context, wbuf_slots=wbuf_slots,
+                          weights=weights)
     image.save(out, force=force)
     for table in summary_tables(image):
         console.print(table)
