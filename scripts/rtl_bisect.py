@@ -60,14 +60,15 @@ def probe_programs(image, cut: int, lo: int, hi: int, at: int) -> list[Program]:
 
 def trace_programs(image, resolved: list, start: int, stop: int, at: int, chunk: int) -> tuple[list[Program],
                                                                                                list[tuple]]:
-    """Card 0's program cut after `stop` instructions, each instruction in [start, stop) that writes ABUF followed by a
-    STORE of the chunk-aligned ABUF words it wrote to a host slot of its own, from host word `at` on, then HALT (other
-    cards: HALT); and the slots (pc, abuf_lo, abuf_hi, host_offset)."""
+    """Card 0's program cut after `stop` instructions, each instruction in [start, stop) that writes ABUF followed by
+    a STORE of each chunk-aligned ABUF range it wrote to a host slot of its own, from host word `at` on, then HALT
+    (other cards: HALT); and the slots (pc, abuf_lo, abuf_hi, host_offset)."""
     card, kept, slots, offset = image.cards[0].program.instructions, [], [], at
     for pc in range(stop):
         kept.append(card[pc])
-        lo, hi = abuf_written(resolved[pc:pc + 1], chunk) if pc >= start else (0, 0)
-        if hi > lo:
+        ranges = [] if pc < start or resolved[pc] is None else access_ranges(resolved[pc])[1]
+        for lo, hi in sorted({(lo // chunk * chunk, -(-hi // chunk) * chunk)       # each range apart: MASKED_QK's
+                              for space, lo, hi in ranges if space is Space.ABUF}):  # two lie far apart
             kept.append(Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, offset),
                                          src1=Operand(Space.ABUF, 0, lo), rows=Dim(0, 1), n=Dim(0, hi - lo)))
             slots.append((pc, lo, hi, offset))

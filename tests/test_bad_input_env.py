@@ -248,9 +248,9 @@ def test_a_note_comes_before_a_first_rtl_build_and_not_when_built(tmp_path, monk
         SimulationProcess(design, "ringgpt.sim.rtl.server", "verilator", {}, "rtl-device", "the rtl backend")
     assert one_line(capsys.readouterr().err) == (
         f"building {design.label} for the rtl backend with verilator: a first build takes minutes (a u280 core much "
-        f"longer); its log: {tmp_path}/{design.label}-*/verilator{design.cxx_opt}/build.log")
+        f"longer); its log: {tmp_path}/{design.label}-*/verilator{design.cxx_opt}-{runner.VERILATOR_ARGS_TAG}/build.log")
     assert design.cxx_opt == "-O0"         # the rtl backend's designs: their Verilator builds' folders say so
-    built = tmp_path / f"{design.label}-0123456789abcdef" / "verilator-O0"
+    built = tmp_path / f"{design.label}-0123456789abcdef" / f"verilator-O0-{runner.VERILATOR_ARGS_TAG}"
     built.mkdir(parents=True)
     (built / "built.ok").write_text("{}")
     assert build_note(design, "verilator", "the rtl backend") is None

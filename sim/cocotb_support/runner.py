@@ -33,7 +33,15 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = Path(os.environ.get("RINGGPT_SIM_BUILD", ROOT / "sim_build"))
 DESIGN_ENV, ARGS_ENV, WAVES_ENV = "RINGGPT_TB_DESIGN", "RINGGPT_TB_ARGS", "RINGGPT_WAVES"
 
-_VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style"]
+VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "--no-public-flat-rw", "--public-depth", "1"]
+"""Verilator's options after cocotb's own. cocotb's runner marks every signal public and writable through VPI
+(--public-flat-rw), so Verilator re-evaluates every combinational process at every call of the model (any signal
+might have been written from outside); our testbenches touch only the top module's ports, so only those are public
+(--public-depth 1): the sim-small core simulates 6.7x faster (506 -> 3,373 cycles a second, same logits, 2026-11-30
+on the 2-core machine: `scripts/rtl_u280.py`'s figures, docs/rtl-core.md)."""
+VERILATOR_ARGS_TAG = hashlib.sha256(" ".join(VERILATOR_ARGS).encode()).hexdigest()[:6]
+"""In the name of every Verilator build folder (`build_folder`): a build made with other VERILATOR_ARGS is not
+taken for one of these."""
 LARGE_DESIGN_CXX_OPT = "-O0"
 """The C++ optimisation of the Verilator models of large designs (`Design.with_cxx_opt`): whole cores and kernels
 (sim/rtl) and the u280 units. Measured on the 2-core machine: the sim-small ring of 2 cores builds in 3.1 minutes
@@ -232,15 +240,16 @@ def _index_entry(design: Design, sim: str, waves: bool) -> Path | None:
     sources = _sources_digest(design.component)
     if sources is None:
         return None
-    text = f"{sources} {design.to_json()} {design.cxx_opt} {sim} {waves}"
+    text = f"{sources} {design.to_json()} {build_folder(design, sim, waves)}"
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     return BUILD_ROOT / "index" / key
 
 
 def build_folder(design: Design, sim: str, waves: bool) -> str:
     """The name of a build's folder inside its design's (`<label>-<16 hex digits of the Verilog's hash>`): the
-    simulator, `-waves`, and the C++ optimisation of a Verilator model where the design sets one."""
-    return sim + ("-waves" if waves else "") + ((design.cxx_opt or "") if sim == "verilator" else "")
+    simulator, `-waves`, and for Verilator the C++ optimisation where the design sets one and VERILATOR_ARGS_TAG."""
+    return sim + ("-waves" if waves else "") + ((design.cxx_opt or "") + "-" + VERILATOR_ARGS_TAG
+                                                 if sim == "verilator" else "")
 
 
 def build(design: Design, sim: str, *, waves: bool = False) -> Path:
@@ -279,7 +288,7 @@ def build(design: Design, sim: str, *, waves: bool = False) -> Path:
                 with _build_environment(sim, waves, opt):
                     get_runner(sim).build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=build_dir,
                                           always=True, timescale=TIMESCALE, waves=waves,
-                                          build_args=_VERILATOR_ARGS if verilator else [], log_file=log)
+                                          build_args=VERILATOR_ARGS if verilator else [], log_file=log)
             except RuntimeError as exc:
                 raise RuntimeError(f"{sim} build of {design.label} failed ({exc}); log: {log}") from None
             if verilator:
