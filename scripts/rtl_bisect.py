@@ -37,51 +37,65 @@ from ringgpt.sim.rtl.device import RtlDevice
 from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL
 
 
-def abuf_written(resolved: list, chunk: int) -> tuple[int, int]:
-    """The chunk-aligned bounds [lo, hi) of every ABUF word the instructions in `resolved` write ((0, 0): none)."""
-    ranges = [(lo, hi) for r in resolved if r is not None for space, lo, hi in access_ranges(r)[1]
-              if space is Space.ABUF]
-    if not ranges:
-        return 0, 0
-    lo, hi = min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
-    return lo // chunk * chunk, -(-hi // chunk) * chunk
+def abuf_written(resolved: list, chunk: int) -> list[tuple[int, int]]:
+    """The ABUF words the instructions in `resolved` write, as sorted, disjoint, chunk-aligned ranges [lo, hi)."""
+    ranges = sorted((lo // chunk * chunk, -(-hi // chunk) * chunk) for r in resolved if r is not None
+                    for space, lo, hi in access_ranges(r)[1] if space is Space.ABUF)
+    merged: list[list[int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
 
 
-def probe_programs(image, cut: int, lo: int, hi: int, at: int) -> list[Program]:
-    """Card 0's program cut after `cut` instructions, then ABUF[lo:hi] stored to host word `at` and HALT (other
-    cards: HALT)."""
-    card = image.cards[0].program
-    store = Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, at), src1=Operand(Space.ABUF, 0, lo),
-                             rows=Dim(0, 1), n=Dim(0, hi - lo))
-    tail = ([store] if hi > lo else []) + [Instruction.make(Opcode.HALT)]
-    return [dataclasses.replace(card, instructions=card.instructions[:cut] + tail)] + \
-        [dataclasses.replace(c.program, instructions=[Instruction.make(Opcode.HALT)]) for c in image.cards[1:]]
+def stores(ranges: list[tuple[int, int]], at: int) -> tuple[list[Instruction], list[tuple[int, int, int]]]:
+    """One STORE of each ABUF range to the host, one after the other from host word `at` on; and where each went
+    (abuf_lo, abuf_hi, host_offset)."""
+    instructions, slots = [], []
+    for lo, hi in ranges:
+        instructions.append(Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, at),
+                                             src1=Operand(Space.ABUF, 0, lo), rows=Dim(0, 1), n=Dim(0, hi - lo)))
+        slots.append((lo, hi, at))
+        at += hi - lo
+    return instructions, slots
+
+
+def with_card0(image, instructions: list[Instruction]) -> list[Program]:
+    """Card 0's program replaced by `instructions` then HALT; the other cards' by HALT."""
+    halt = [Instruction.make(Opcode.HALT)]
+    return [dataclasses.replace(image.cards[0].program, instructions=instructions + halt)] + \
+        [dataclasses.replace(c.program, instructions=halt) for c in image.cards[1:]]
+
+
+def probe_programs(image, cut: int, ranges: list[tuple[int, int]], at: int) -> tuple[list[Program], list[tuple]]:
+    """Card 0's program cut after `cut` instructions, then each ABUF range stored to the host from word `at` on
+    (`stores`), and HALT (other cards: HALT); and the slots (abuf_lo, abuf_hi, host_offset)."""
+    tail, slots = stores(ranges, at)
+    return with_card0(image, image.cards[0].program.instructions[:cut] + tail), slots
 
 
 def trace_programs(image, resolved: list, start: int, stop: int, at: int, chunk: int) -> tuple[list[Program],
                                                                                                list[tuple]]:
     """Card 0's program cut after `stop` instructions, each instruction in [start, stop) that writes ABUF followed by
-    a STORE of each chunk-aligned ABUF range it wrote to a host slot of its own, from host word `at` on, then HALT
-    (other cards: HALT); and the slots (pc, abuf_lo, abuf_hi, host_offset)."""
-    card, kept, slots, offset = image.cards[0].program.instructions, [], [], at
+    a STORE of each chunk-aligned ABUF range it wrote to a host slot of its own (MASKED_QK's two lie far apart),
+    from host word `at` on, then HALT (other cards: HALT); and the slots (pc, abuf_lo, abuf_hi, host_offset)."""
+    card, kept, slots = image.cards[0].program.instructions, [], []
     for pc in range(stop):
         kept.append(card[pc])
-        ranges = [] if pc < start or resolved[pc] is None else access_ranges(resolved[pc])[1]
-        for lo, hi in sorted({(lo // chunk * chunk, -(-hi // chunk) * chunk)       # each range apart: MASKED_QK's
-                              for space, lo, hi in ranges if space is Space.ABUF}):  # two lie far apart
-            kept.append(Instruction.make(Opcode.STORE, dst=Operand(Space.HOST, 0, offset),
-                                         src1=Operand(Space.ABUF, 0, lo), rows=Dim(0, 1), n=Dim(0, hi - lo)))
-            slots.append((pc, lo, hi, offset))
-            offset += hi - lo
-    programs = [dataclasses.replace(image.cards[0].program, instructions=kept + [Instruction.make(Opcode.HALT)])]
-    return programs + [dataclasses.replace(c.program, instructions=[Instruction.make(Opcode.HALT)])
-                       for c in image.cards[1:]], slots
+        tail, placed = stores(abuf_written([resolved[pc]], chunk) if pc >= start else [], at)
+        kept += tail
+        slots += [(pc, *slot) for slot in placed]
+        at += sum(hi - lo for lo, hi, _ in placed)
+    return with_card0(image, kept), slots
 
 
-def first_difference(differs, length: int, first: int = 8) -> int | None:
-    """The smallest cut in 1..length for which `differs(cut)` holds (a prefix of the program shows the difference,
-    and every longer one does), or None: cuts first, 2 x first, ... until one differs, then bisection."""
-    good, cut = 0, min(first, length)
+def first_difference(differs, length: int, first: int = 8, good: int = 0) -> int | None:
+    """The smallest cut in good+1..length for which `differs(cut)` holds (a prefix of the program shows the
+    difference, and every longer one does; cut `good` is known not to), or None: cuts first, 2 x first, ... until one
+    differs, then bisection."""
+    good, cut = good, min(max(first, good + 1), length)
     while not differs(cut):
         if cut >= length:
             return None
@@ -109,10 +123,12 @@ def parse_span(text: str | None) -> tuple[int, int] | None:
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--simulator", type=click.Choice(SIMULATORS), default="verilator", show_default=True)
 @click.option("--first", type=click.IntRange(min=1), default=8, show_default=True, help="bisect: the first cut")
+@click.option("--equal-at", "good", type=click.IntRange(min=0), default=0, show_default=True,
+              help="bisect: a cut known to show no difference (from an earlier run)")
 @click.option("--trace", "span", callback=lambda ctx, param, value: parse_span(value),
               help="START:STOP: one run storing each ABUF result of instructions START to STOP-1 (STOP is capped at "
                    "the program's HALT)")
-def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: str, first: int,
+def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: str, first: int, good: int,
          span: tuple[int, int] | None) -> None:
     """Find the first instruction whose ABUF result differs between the RTL and the functional simulator."""
     config = get_config(preset, 1)
@@ -124,6 +140,9 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
     resolved = resolve_run(program, 0, 0, prompt_tokens)
     at = -(-image.cards[0].host_words // chunk) * chunk                          # past the program's host area
     ids = np.array([(37 * i + 11) % net.config.vocab_size for i in range(prompt_tokens)])   # rtl_comparison's
+    traced_programs, slots = trace_programs(image, resolved, span[0], min(span[1], length), at, chunk) if span \
+        else (None, [])
+    room = max(sum(hi - lo for lo, hi in abuf_written(resolved, chunk)), sum(hi - lo for _, lo, hi, _ in slots))
     golden, rtl = SimulatorDevice(config), RtlDevice(config, simulator=simulator, cycle_limit=1 << 24)
     loaded = False
 
@@ -136,7 +155,7 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
                 device.load_programs(programs)
             else:
                 device.load(dataclasses.replace(image, cards=[
-                    dataclasses.replace(c, program=p, host_words=at + words) for c, p in zip(image.cards, programs)]))
+                    dataclasses.replace(c, program=p, host_words=at + room) for c, p in zip(image.cards, programs)]))
             device.write_host(0, image.meta["host"]["ids_offset"], ids.astype(np.uint16))
             device.write_host(0, at, np.zeros(words, np.uint16))          # no word left from the probe before
             stats = device.run(0, prompt_tokens)
@@ -149,21 +168,24 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
                                     for a in bad[:6]), err=True)
 
     def differs(cut: int) -> bool:
-        lo, hi = abuf_written(resolved[:cut], chunk)
+        programs, slots = probe_programs(image, cut, abuf_written(resolved[:cut], chunk), at)
         started = time.perf_counter()
-        words, cycles = run_both(probe_programs(image, cut, lo, hi, at), hi - lo)
+        words, cycles = run_both(programs, sum(hi - lo for lo, hi, _ in slots))
         bad = np.nonzero(words[0] != words[1])[0]
-        click.echo(f"cut {cut:5d} (last {program[cut - 1].opcode.name}): ABUF[{lo}:{hi}] "
-                   f"{'differs in ' + str(len(bad)) + ' words' if len(bad) else 'equal'}; "
+        click.echo(f"cut {cut:5d} (last {program[cut - 1].opcode.name}): {len(slots)} ABUF ranges written, "
+                   f"{sum(hi - lo for lo, hi, _ in slots)} words, "
+                   f"{'differ in ' + str(len(bad)) + ' words' if len(bad) else 'equal'}; "
                    f"{cycles} RTL cycles, {time.perf_counter() - started:.0f} s", err=True)
-        if len(bad):
-            show(lo, words, bad)
+        for lo, hi, offset in slots:
+            part = [w[offset - at:offset - at + hi - lo] for w in words]
+            wrong = np.nonzero(part[0] != part[1])[0]
+            if len(wrong):
+                show(lo, part, wrong)
         return bool(len(bad))
 
     def traced(start: int, stop: int) -> int | None:
-        programs, slots = trace_programs(image, resolved, start, stop, at, chunk)
         started = time.perf_counter()
-        words, cycles = run_both(programs, sum(hi - lo for _, lo, hi, _ in slots))
+        words, cycles = run_both(traced_programs, sum(hi - lo for _, lo, hi, _ in slots))
         click.echo(f"trace of instructions {start} to {stop - 1}: {len(slots)} ABUF results stored; "
                    f"{cycles} RTL cycles, {time.perf_counter() - started:.0f} s", err=True)
         wrong = []
@@ -177,7 +199,7 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
         return wrong[0] + 1 if wrong else None
 
     try:
-        cut = traced(span[0], min(span[1], length)) if span else first_difference(differs, length, first)
+        cut = traced(span[0], min(span[1], length)) if span else first_difference(differs, length, first, good)
     finally:
         rtl.close()
     if cut is None:

@@ -22,24 +22,37 @@ def test_the_search_finds_the_first_differing_cut(load_script, length, bad):
     assert len(asked) <= 2 * length.bit_length() + 2
 
 
+def test_the_search_starts_past_a_cut_known_equal(load_script):
+    asked = []
+
+    def differs(cut):
+        asked.append(cut)
+        return cut >= 37
+    assert load_script("rtl_bisect").first_difference(differs, 100, 8, good=32) == 37
+    assert min(asked) > 32
+
+
 def test_a_probe_stores_what_its_prefix_wrote(load_script):
     bisect = load_script("rtl_bisect")
     abuf = lambda offset: Operand(Space.ABUF, 0, offset)       # noqa: E731
     program = [Instruction.make(Opcode.LOAD, dst=abuf(100), src1=Operand(Space.HBM, 0, 0), rows=Dim(0, 1), n=Dim(0, 8)),
                Instruction.make(Opcode.VADD, dst=abuf(300), src1=abuf(100), src2=abuf(100), rows=Dim(0, 2),
                                 n=Dim(0, 8), dst_stride=8, src1_stride=0, src2_stride=0),
+               Instruction.make(Opcode.VEXP, dst=abuf(108), src1=abuf(300), rows=Dim(0, 1), n=Dim(0, 8)),
                Instruction.make(Opcode.HALT)]
     resolved = resolve_run(program, 0, 0, 1)
     chunk = CONFIG.buffer_chunk_words
-    assert bisect.abuf_written(resolved[:1], chunk) == (96, 112)          # [100, 108) on 8-word chunks
-    assert bisect.abuf_written(resolved[:2], chunk) == (96, 320)          # and [300, 316)
-    assert bisect.abuf_written([], chunk) == (0, 0)
+    assert bisect.abuf_written(resolved[:1], chunk) == [(96, 112)]        # [100, 108) on 8-word chunks
+    assert bisect.abuf_written(resolved[:2], chunk) == [(96, 112), (296, 320)]      # and [300, 316), apart
+    assert bisect.abuf_written(resolved[:3], chunk) == [(96, 120), (296, 320)]      # [108, 116) merged with the first
+    assert bisect.abuf_written([], chunk) == []
     image = program_image(CONFIG.with_cards(2), [program, [Instruction.make(Opcode.HALT)]])
-    probe, other = bisect.probe_programs(image, 1, 96, 112, 64)
-    assert probe.instructions[0] == program[0] and [i.opcode for i in probe.instructions[1:]] == [Opcode.STORE,
-                                                                                                  Opcode.HALT]
-    store = probe.instructions[1]
-    assert (store.dst, store.src1, store.n.imm) == (Operand(Space.HOST, 0, 64), Operand(Space.ABUF, 0, 96), 16)
+    (probe, other), slots = bisect.probe_programs(image, 2, [(96, 112), (296, 320)], 64)
+    assert probe.instructions[:2] == program[:2]
+    assert [i.opcode for i in probe.instructions[2:]] == [Opcode.STORE, Opcode.STORE, Opcode.HALT]
+    assert [(i.dst, i.src1, i.n.imm) for i in probe.instructions[2:4]] == [
+        (Operand(Space.HOST, 0, 64), abuf(96), 16), (Operand(Space.HOST, 0, 80), abuf(296), 24)]
+    assert slots == [(96, 112, 64), (296, 320, 80)]
     assert [i.opcode for i in other.instructions] == [Opcode.HALT]
 
 
