@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The first instruction of a compiled program whose result on the cores' RTL differs from the functional
-simulator's, card 0's program for a prompt run on `RtlDevice` and on `SimulatorDevice` side by side, found one of
-two ways:
+simulator's, card 0's program for a prompt run (or with --decode the first decode run after it) on `RtlDevice` and
+on `SimulatorDevice` side by side, found one of two ways:
 
 - **trace** (`--trace START:STOP`, one run): after each instruction in [START, STOP) that writes ABUF, a STORE of
   the ABUF words it wrote (the bounds of its footprint, hw/resolved.access_ranges) to a host slot of its own; the
@@ -125,11 +125,13 @@ def parse_span(text: str | None) -> tuple[int, int] | None:
 @click.option("--first", type=click.IntRange(min=1), default=8, show_default=True, help="bisect: the first cut")
 @click.option("--equal-at", "good", type=click.IntRange(min=0), default=0, show_default=True,
               help="bisect: a cut known to show no difference (from an earlier run)")
+@click.option("--decode", is_flag=True,
+              help="probe the first decode run (after the whole program's prompt run) instead of the prompt run")
 @click.option("--trace", "span", callback=lambda ctx, param, value: parse_span(value),
               help="START:STOP: one run storing each ABUF result of instructions START to STOP-1 (STOP is capped at "
                    "the program's HALT)")
 def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: str, first: int, good: int,
-         span: tuple[int, int] | None) -> None:
+         decode: bool, span: tuple[int, int] | None) -> None:
     """Find the first instruction whose ABUF result differs between the RTL and the functional simulator."""
     config = get_config(preset, 1)
     chunk = config.buffer_chunk_words
@@ -137,7 +139,8 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
     image = compile_model(net, config, 64, weights=weights)
     program = image.cards[0].program.instructions
     length = next(i for i, inst in enumerate(program) if inst.opcode is Opcode.HALT)    # the cuts before its HALT
-    resolved = resolve_run(program, 0, 0, prompt_tokens)
+    pos, rows = (prompt_tokens, 1) if decode else (0, prompt_tokens)
+    resolved = resolve_run(program, 0, pos, rows)
     at = -(-image.cards[0].host_words // chunk) * chunk                          # past the program's host area
     ids = np.array([(37 * i + 11) % net.config.vocab_size for i in range(prompt_tokens)])   # rtl_comparison's
     traced_programs, slots = trace_programs(image, resolved, span[0], min(span[1], length), at, chunk) if span \
@@ -147,18 +150,22 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
     loaded = False
 
     def run_both(programs: list[Program], words: int) -> tuple[list[np.ndarray], int]:
-        """Host words [at, at + words) after `programs` ran on the simulator and on the RTL, and the RTL's cycles."""
+        """Host words [at, at + words) after `programs` ran on the simulator and on the RTL (the probed run: the
+        prompt, or with --decode a decode run after the whole program's prompt run), and the RTL's cycles."""
         nonlocal loaded
         found = []
         for device in (golden, rtl):
-            if loaded:
-                device.load_programs(programs)
-            else:
-                device.load(dataclasses.replace(image, cards=[
-                    dataclasses.replace(c, program=p, host_words=at + room) for c, p in zip(image.cards, programs)]))
-            device.write_host(0, image.meta["host"]["ids_offset"], ids.astype(np.uint16))
+            if not loaded:
+                device.load(dataclasses.replace(image, cards=[dataclasses.replace(c, host_words=at + room)
+                                                               for c in image.cards]))
+            if decode:
+                device.load_programs([c.program for c in image.cards])
+                device.write_host(0, image.meta["host"]["ids_offset"], ids.astype(np.uint16))
+                device.run(0, prompt_tokens)
+            device.load_programs(programs)
+            device.write_host(0, image.meta["host"]["ids_offset"], (ids[-1:] if decode else ids).astype(np.uint16))
             device.write_host(0, at, np.zeros(words, np.uint16))          # no word left from the probe before
-            stats = device.run(0, prompt_tokens)
+            stats = device.run(pos, rows)
             found.append(device.read_host(0, at, words).view(np.uint16) if words else np.zeros(0, np.uint16))
         loaded = True
         return found, stats.cycles

@@ -2,11 +2,10 @@
 depths) running the compiler's programs for a GPT-2 of 345M's width (`rtl_comparison.REAL_WIDTH_MODEL`: n_embd 1,024, 16
 heads, one layer, 2,048 tokens), an 8-token prompt run and two decode runs, every logit bit-identical with the
 functional simulator's (sim/rtl_comparison.py; `python scripts/rtl_u280.py` records the same run with its figures in
-docs/bench/rtl_u280.json). Verilator only: the build takes about 21 minutes and 4 GB on the 2-core machine (the
-conversion 11.5 minutes, Verilator 5, its C++ at -O0 4.5), once per design (sim_build/, cached). It fails today:
-the core runs its programs to the end (a 1-token prompt and one decode run: 47 minutes at 17.5 cycles a second), but
-its logits are not the functional simulator's (docs/rtl-core.md, "At u280's size"; issue 33). The run is 152K cycles
-by the cycle model: about 2 hours at that speed."""
+docs/bench/rtl_u280.json). Verilator only: the build takes about 45 minutes and 5.4 GB on the 2-core machine
+(the conversion 19 minutes, Verilator and its C++ at -O0 24), once per design (sim_build/, cached); the run 13 minutes
+(159K cycles at 200 cycles a second). It fails today: the prompt run's logits are bit-identical, the decode runs'
+differ by about one FP16 step (docs/rtl-core.md, "At u280's size"; issue 33)."""
 import numpy as np
 import pytest
 
