@@ -2,6 +2,8 @@
 run then decode runs, on 1 core and on rings of 2 and 4 cores in one simulation (RtlDevice), FP16 and INT8
 weights, with logits bit-identical to the functional simulator's; AXI memories and ring links pause at random.
 Faults end with the simulator's errors. On Verilator by default, on Icarus too with -m slow (SLOW_ON_ICARUS)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from ringgpt.host.device import AddressFault, CollectiveMismatchError, RingDeadl
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.host.reference.models import load_model
 from ringgpt.hw.core.datapath import small_config
+from ringgpt.hw.core.matrix import MatrixUnit
 from ringgpt.hw.isa import Dim, Instruction, Opcode, Operand, Space
 from ringgpt.hw.program import Program
 from ringgpt.sim.cocotb_support.pytest_plugin import SLOW_ON_ICARUS
@@ -127,4 +130,52 @@ def test_hazards_across_units_give_the_simulators_result(sim):
             results.append(device.read_host(0, 0, 2048).view(np.uint16))
         finally:
             device.close()
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+def _row_max_program() -> list:
+    """A MATMUL, then a MASKED_QK of 2 keys and another MATMUL on the same unit, their operands loaded first so that
+    each waits in the unit's queue and is taken as the one before is done; the results and the MASKED_QK's row maximum
+    stored to the host."""
+    a, w, h, host = (lambda o, s=s: Operand(s, 0, o) for s in (Space.ABUF, Space.WBUF, Space.HBM, Space.HOST))
+    row = {"rows": Dim(0, 1)}
+    make = Instruction.make
+    return [
+        make(Opcode.LOAD, dst=w(2048 - 32), src1=h(512), rows=Dim(0, 2), n=Dim(0, 16), src1_stride=16, dst_stride=16),
+        make(Opcode.LOAD, dst=a(0), src1=h(0), n=Dim(0, 64), **row),
+        make(Opcode.LOAD, dst=w(0), src1=h(64), rows=Dim(0, 16), n=Dim(0, 64), src1_stride=64, dst_stride=64),
+        make(Opcode.MATMUL, dst=a(100), src1=a(0), src2=w(0), n=Dim(0, 16), k=Dim(0, 64), src2_stride=64, **row),
+        make(Opcode.MASKED_QK, dst=a(200), src1=a(0), src2=w(2048 - 32), n=Dim(0, 2), k=Dim(0, 16), src2_stride=16,
+             aux=a(300), pos=Dim(0, 1), aux_stride=1, **row),
+        make(Opcode.MATMUL, dst=a(400), src1=a(0), src2=w(0), n=Dim(0, 16), k=Dim(0, 64), src2_stride=64, **row),
+        make(Opcode.STORE, dst=host(0), src1=a(0), n=Dim(0, 512), **row),
+        make(Opcode.HALT),
+    ]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("sim", SLOW_ON_ICARUS, indirect=True)
+def test_a_row_maximum_is_its_own_instructions(sim):
+    """Regression (found at u280 width, issue 33): the matrix unit's row maximum leaves its max tree
+    row_max_latency cycles after the result's write, and a MATMUL is done at its last write; with 16 lanes (4 levels)
+    the MATMUL's last maximum reached the tree's end as the next instruction, a MASKED_QK, was checked, and was
+    written and counted as the MASKED_QK's own (the decode runs' softmax then subtracted the wrong maximum: logits
+    one FP16 step off). A core of 16 lanes x 16 MACs, a MATMUL with outputs far above the scores."""
+    config = dataclasses.replace(small_config("sim-small", abuf_words=4096, wbuf_words=2048), mpu_lanes=16,
+                                 mac_width=16, vector_width=16).with_cards(1)
+    assert MatrixUnit(config).row_max_latency == 4
+    rng = np.random.default_rng(9)
+    hbm = (rng.standard_normal(2048) * 0.25).astype(np.float16)
+    hbm[64:64 + 1024] *= 16                                  # the MATMUL's weights: its row maximum far above the scores
+    image = ApplianceImage(config, [CardImage(Program(_row_max_program(), config.name, config.hash, 0, 1),
+                                              hbm_segments=[(0, hbm)], hbm_words=4096, host_words=512)])
+    results = []
+    for device in (SimulatorDevice(config), RtlDevice(config, simulator=sim, cycle_limit=20000)):
+        try:
+            device.load(image)
+            device.run(0, 1)
+            results.append(device.read_host(0, 0, 512).view(np.uint16))
+        finally:
+            device.close()
+    np.testing.assert_array_equal(results[1][300], results[0][300])      # the row maximum
     np.testing.assert_array_equal(results[1], results[0])

@@ -315,8 +315,13 @@ class MatrixUnit(MatrixTiming, wiring.Component):
         # INT8: sum x column scale (FP32Fp16MulCore) while the bias is widened; the product meets it at the adder
         scale_wait = READ_LATENCY + FP16MulCore.latency - FP32Fp16MulCore.latency
         assert scale_wait >= 0
-        tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32}))
-        core.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g)]
+        # a result carries whether its instruction is a MASKED_QK and whether it ends its row: the row maximum's
+        # tree is row_max_latency behind the write, and a MATMUL is done at its last write, so its last groups'
+        # maxima still leave the tree when the next instruction is already held (at u280, 4 cycles: a MASKED_QK
+        # taken next wrote the MATMUL's row maximum as its own and counted it)
+        tag = Signal(data.StructLayout({"valid": 1, "r": 32, "g": 32, "qk": 1, "last": 1}))
+        core.d.comb += [tag.valid.eq(out_valid), tag.r.eq(pair.r), tag.g.eq(pair.g), tag.qk.eq(qk),
+                        tag.last.eq(pair.g == groups - 1)]
         tag1 = pipe(core, tag, 1, name="out1")
         results = []
         for lane in range(L):
@@ -363,13 +368,13 @@ class MatrixUnit(MatrixTiming, wiring.Component):
         newer = order_key(core, group_max_fp16, name="max_new") > order_key(core, best_fp16, name="max_best")
         row_max = Signal(16)
         core.d.comb += row_max.eq(Mux((mtag.g == 0) | newer, group_max, best))
-        row_end = mtag.valid & (mtag.g == groups - 1)
+        row_end = mtag.valid & mtag.last & mtag.qk
         with core.If(mtag.valid):
             core.d.sync += best.eq(row_max)
         write = frozen.write["aux"]
         core.d.comb += [write.addr.eq(aux + mtag.r * r["aux_stride"]), write.data[0].eq(row_max),
-                        write.mask.eq(1), write.en.eq(row_end & qk)]
-        with core.If(row_end & qk):
+                        write.mask.eq(1), write.en.eq(row_end)]
+        with core.If(row_end):
             core.d.sync += maxes.eq(maxes + 1)
         frozen.wrap()
         return m
