@@ -4,8 +4,9 @@ heads, one layer, 2,048 tokens), an 8-token prompt run and two decode runs, ever
 functional simulator's (sim/rtl_comparison.py; `python scripts/rtl_u280.py` records the same run with its figures in
 docs/bench/rtl_u280.json). Verilator only: the build takes about 45 minutes and 5.4 GB on the 2-core machine
 (the conversion 19 minutes, Verilator and its C++ at -O0 24), once per design (sim_build/, cached); the run 13 minutes
-(159K cycles at 200 cycles a second). It fails today: the prompt run's logits are bit-identical, the decode runs'
-differ by about one FP16 step (docs/rtl-core.md, "At u280's size"; issue 33)."""
+(159K cycles at 200 cycles a second). On the core before the row-maximum fix the prompt run's logits were
+bit-identical and the decode runs' about one FP16 step off (docs/rtl-core.md, "At u280's size"; issue 33); the fixed
+core has not yet been run."""
 import numpy as np
 import pytest
 
