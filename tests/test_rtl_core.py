@@ -120,17 +120,25 @@ def test_hazards_across_units_give_the_simulators_result(sim):
     config = small_config("sim-small", abuf_words=4096, wbuf_words=2048).with_cards(1)
     rng = np.random.default_rng(5)
     hbm = (rng.standard_normal(4096) * 0.5).astype(np.float16)
-    image = ApplianceImage(config, [CardImage(Program(_hazard_program(config), config.name, config.hash, 0, 1),
-                                              hbm_segments=[(0, hbm)], hbm_words=4096, host_words=2048)])
+    golden, rtl = _host_words_after(config, _hazard_program(config), hbm, 2048,
+                                    RtlDevice(config, simulator=sim, pause=True, cycle_limit=50000))
+    np.testing.assert_array_equal(rtl, golden)
+
+
+def _host_words_after(config, program: list, hbm: np.ndarray, words: int, rtl: RtlDevice) -> list:
+    """The first `words` words of the host buffer after one run of `program` on one card (HBM from word 0: `hbm`),
+    on the functional simulator and on `rtl`."""
+    image = ApplianceImage(config, [CardImage(Program(program, config.name, config.hash, 0, 1),
+                                              hbm_segments=[(0, hbm)], hbm_words=4096, host_words=words)])
     results = []
-    for device in (SimulatorDevice(config), RtlDevice(config, simulator=sim, pause=True, cycle_limit=50000)):
+    for device in (SimulatorDevice(config), rtl):
         try:
             device.load(image)
             device.run(0, 1)
-            results.append(device.read_host(0, 0, 2048).view(np.uint16))
+            results.append(device.read_host(0, 0, words).view(np.uint16))
         finally:
             device.close()
-    np.testing.assert_array_equal(results[1], results[0])
+    return results
 
 
 def _row_max_program() -> list:
@@ -167,15 +175,7 @@ def test_a_row_maximum_is_its_own_instructions(sim):
     rng = np.random.default_rng(9)
     hbm = (rng.standard_normal(2048) * 0.25).astype(np.float16)
     hbm[64:64 + 1024] *= 16                                  # the MATMUL's weights: its row maximum far above the scores
-    image = ApplianceImage(config, [CardImage(Program(_row_max_program(), config.name, config.hash, 0, 1),
-                                              hbm_segments=[(0, hbm)], hbm_words=4096, host_words=512)])
-    results = []
-    for device in (SimulatorDevice(config), RtlDevice(config, simulator=sim, cycle_limit=20000)):
-        try:
-            device.load(image)
-            device.run(0, 1)
-            results.append(device.read_host(0, 0, 512).view(np.uint16))
-        finally:
-            device.close()
-    np.testing.assert_array_equal(results[1][300], results[0][300])      # the row maximum
-    np.testing.assert_array_equal(results[1], results[0])
+    golden, rtl = _host_words_after(config, _row_max_program(), hbm, 512,
+                                    RtlDevice(config, simulator=sim, cycle_limit=20000))
+    np.testing.assert_array_equal(rtl[300], golden[300])      # the row maximum
+    np.testing.assert_array_equal(rtl, golden)
