@@ -4,10 +4,10 @@ simulator's, card 0's program for a prompt run (or with --decode the first decod
 on `SimulatorDevice` side by side, found one of two ways:
 
 - **trace** (`--trace START:STOP`, one run): after each instruction in [START, STOP) that writes ABUF, a STORE of
-  the ABUF words it wrote (the bounds of its footprint, hw/resolved.access_ranges) to a host slot of its own; the
-  first slot that differs names the instruction. The STOREs wait for what they read, so they change the order in
+  each ABUF range it wrote (its footprint, hw/resolved.access_ranges) to a host slot of its own; the first slot that
+  differs names the instruction. The STOREs wait for what they read, so they change the order in
   which the units overlap: a fault that needs a particular overlap may hide (then bisect).
-- **bisect** (default): the program cut after instruction i, then every ABUF word the kept instructions write
+- **bisect** (default): the program cut after instruction i, then each ABUF range the kept instructions wrote
   stored to the host buffer; i grows 8, 16, 32, ... until the two host buffers differ, then is bisected. Each probe
   after the first keeps the memories of the one before (`load_programs`), as both back ends do alike.
 
@@ -95,7 +95,7 @@ def first_difference(differs, length: int, first: int = 8, good: int = 0) -> int
     """The smallest cut in good+1..length for which `differs(cut)` holds (a prefix of the program shows the
     difference, and every longer one does; cut `good` is known not to), or None: cuts first, 2 x first, ... until one
     differs, then bisection."""
-    good, cut = good, min(max(first, good + 1), length)
+    cut = min(max(first, good + 1), length)
     while not differs(cut):
         if cut >= length:
             return None
@@ -170,9 +170,16 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
         loaded = True
         return found, stats.cycles
 
-    def show(base: int, words: list[np.ndarray], bad: np.ndarray) -> None:
-        click.echo("  " + ", ".join(f"ABUF[{base + a}] RTL {words[1][a]:#06x} simulator {words[0][a]:#06x}"
-                                    for a in bad[:6]), err=True)
+    def differing(words: list[np.ndarray], slot: tuple) -> bool:
+        """Whether the host slot (abuf_lo, abuf_hi, host_offset) differs between the simulator and the RTL; prints
+        its first differing words."""
+        lo, hi, offset = slot
+        part = [w[offset - at:offset - at + hi - lo] for w in words]
+        bad = np.nonzero(part[0] != part[1])[0]
+        if len(bad):
+            click.echo("  " + ", ".join(f"ABUF[{lo + a}] RTL {part[1][a]:#06x} simulator {part[0][a]:#06x}"
+                                        for a in bad[:6]), err=True)
+        return bool(len(bad))
 
     def differs(cut: int) -> bool:
         programs, slots = probe_programs(image, cut, abuf_written(resolved[:cut], chunk), at)
@@ -183,11 +190,8 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
                    f"{sum(hi - lo for lo, hi, _ in slots)} words, "
                    f"{'differ in ' + str(len(bad)) + ' words' if len(bad) else 'equal'}; "
                    f"{cycles} RTL cycles, {time.perf_counter() - started:.0f} s", err=True)
-        for lo, hi, offset in slots:
-            part = [w[offset - at:offset - at + hi - lo] for w in words]
-            wrong = np.nonzero(part[0] != part[1])[0]
-            if len(wrong):
-                show(lo, part, wrong)
+        for slot in slots:
+            differing(words, slot)
         return bool(len(bad))
 
     def traced(start: int, stop: int) -> int | None:
@@ -196,12 +200,9 @@ def main(preset: str, model: str, weights: str, prompt_tokens: int, simulator: s
         click.echo(f"trace of instructions {start} to {stop - 1}: {len(slots)} ABUF results stored; "
                    f"{cycles} RTL cycles, {time.perf_counter() - started:.0f} s", err=True)
         wrong = []
-        for pc, lo, hi, offset in slots:
-            part = [w[offset - at:offset - at + hi - lo] for w in words]
-            bad = np.nonzero(part[0] != part[1])[0]
-            if len(bad):
-                click.echo(f"#{pc} {program[pc].opcode.name}: ABUF[{lo}:{hi}] differs in {len(bad)} words", err=True)
-                show(lo, part, bad)
+        for pc, *slot in slots:
+            if differing(words, slot):
+                click.echo(f"  (#{pc} {program[pc].opcode.name}: ABUF[{slot[0]}:{slot[1]}])", err=True)
                 wrong.append(pc)
         return wrong[0] + 1 if wrong else None
 

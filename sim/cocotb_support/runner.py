@@ -45,7 +45,7 @@ taken for one of these."""
 LARGE_DESIGN_CXX_OPT = "-O0"
 """The C++ optimisation of the Verilator models of large designs (`Design.with_cxx_opt`): whole cores and kernels
 (sim/rtl) and the u280 units. Measured on the 2-core machine: the sim-small ring of 2 cores builds in 3.1 minutes
-(0.7 GB) and simulates 1,400 ns a second (Icarus: 180); at Verilator's default -Os the whole core's C++ took longer
+(0.7 GB; its speed: VERILATOR_ARGS); at Verilator's default -Os the whole core's C++ took longer
 than the test suite's budget, and a u280 unit's over an hour."""
 
 
