@@ -7,11 +7,15 @@ cycles. Writes the tables to docs/rtl-calibration.md (and prints them).
 
     python scripts/calibrate_rtl.py                      # Verilator; --simulator icarus
 
-The programs, configuration and table rows: sim/calibration.py.
+The programs, configuration and table rows: sim/calibration.py. The u280 section takes the RTL's counters of the
+whole u280 core's runs from docs/bench/rtl_u280.json (`python scripts/rtl_u280.py` records them: a run takes about 15
+minutes) and runs the model side again here (sim/rtl_comparison.SimulatorSide), so a change of the model shows at
+once; a run recorded on other RTL sources than today's is left out, with a note.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -19,10 +23,13 @@ from ringgpt.host.compiler import compile_model
 from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
+from ringgpt.hw.config import get_config
 from ringgpt.sim.calibration import (AXIRAM_LATENCY, HEADER, TESTBENCH, Recording, calibration_config, model_cards,
                                      row, rtl_cards, short_programs)
+from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
-from ringgpt.sim.rtl.device import RtlDevice
+from ringgpt.sim.rtl.device import RtlDevice, design_of
+from ringgpt.sim.rtl_comparison import SimulatorSide
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {1: "synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64",
@@ -35,6 +42,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulator", choices=("verilator", "icarus"), default="verilator")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "rtl-calibration.md")
+    parser.add_argument("--u280-runs", type=Path, default=ROOT / "docs" / "bench" / "rtl_u280.json",
+                        help="scripts/rtl_u280.py's record of the whole u280 core's runs")
     args = parser.parse_args()
     changed = ", ".join(f"{k} {v:g}" for k, v in TESTBENCH.items())
     lines = ["# The cycle model against the RTL", "",
@@ -72,10 +81,46 @@ def main() -> int:
             kind = "prompt" if rows > 1 else "decode"
             lines.append(row(f"{kind} pos {pos}, {rows} rows", rtl_counts, model_counts))
         lines.append("")
+    lines += u280_sections(args.u280_runs)
     text = "\n".join(lines)
     args.out.write_text(text)
     print(text)
     return 0
+
+
+def u280_sections(record: Path) -> list:
+    """A table per run of the whole u280 core in `record` (scripts/rtl_u280.py's): the RTL's counters as recorded,
+    the model's computed now for the same model, prompt and decode runs."""
+    try:
+        runs = json.loads(record.read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        return [f"No record of the whole u280 core's runs ({record}): `python scripts/rtl_u280.py` makes one.", ""]
+    lines = []
+    for entry in runs:
+        preset, cards = entry["config"].rsplit("-x", 1)
+        config = get_config(preset, int(cards))
+        title = (f"## Whole runs at u280, {cards} card{'s' if int(cards) > 1 else ''}: `{entry['model']}`, "
+                 f"{entry['weights']} weights")
+        if entry.get("sources_digest") != runner.sources_digest(design_of(config).component):
+            lines += [title, "", f"Recorded at commit {entry.get('commit')} on other RTL sources than today's (or "
+                      "before the record kept per-unit counters): `python scripts/rtl_u280.py --cards "
+                      f"{cards}` records it again.", ""]
+            continue
+        started = time.perf_counter()
+        side = SimulatorSide(config, entry["model"], prompt_tokens=entry["prompt_tokens"],
+                             decode_runs=entry["decode_runs"], max_context=entry["max_context"],
+                             weights=entry["weights"])
+        print(f"u280, {cards} card(s), model side: {time.perf_counter() - started:.0f} s", flush=True)
+        prompt = entry["prompt_tokens"]
+        lines += [title, "", f"The RTL ({entry['simulator']}) as `python scripts/rtl_u280.py --cards {cards}` recorded "
+                  f"it at commit {entry['commit']} (logits bit-identical with the functional simulator: "
+                  f"{'yes' if entry['bit_identical'] else 'no'}); the model computed now. A {prompt}-token prompt "
+                  f"run, then {entry['decode_runs']} decode runs.", "", HEADER.format("run")]
+        for i, (rtl, model) in enumerate(zip(entry["rtl_cards"], side.cards)):
+            label = f"prompt pos 0, {prompt} rows" if i == 0 else f"decode pos {prompt + i - 1}, 1 rows"
+            lines.append(row(label, rtl, model))
+        lines.append("")
+    return lines
 
 
 if __name__ == "__main__":

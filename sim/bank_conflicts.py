@@ -15,19 +15,17 @@ and the vector unit's busy cycles and operand stalls (vector_stall_cycles).
 for their LOAD beats (an engine merges its beats into whole rows and asks only when a row is complete,
 `PortEngine._rows`; each memory takes the first engine's row, `DMAUnit._row_writes`), and one ABUF read for their
 STORE beats (`DMAUnit._store_reads`: one beat per cycle in all). For every LOAD and STORE between HBM and ABUF/WBUF
-it replays each engine's beats (`engine_requests`: the jobs' words through hw/hbm.py's map) with every engine fed
-one beat per cycle, or at the HBM's sustained rate (hbm_bytes_per_cycle shared by the ports), granted as the RTL
+it replays each engine's beats (sim/cycle_model/grants.py, `engine_requests`: the jobs' words through hw/hbm.py's
+map) with every engine fed one beat per cycle, or at the HBM's sustained rate (`feed_rate`), granted as the RTL
 grants them (`grant_cycles`: the engines behind the leader first), and counts the cycles the grants add over
-memories that never conflict.
+memories that never conflict (the cycle model charges the LOADs' share, `grant_stall_cycles`).
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ringgpt.hw import hbm
-from ringgpt.hw.banks import memory_of, period
+from ringgpt.hw.banks import period
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.sim.cycle_model.costs import instruction_cost
+from ringgpt.sim.cycle_model.grants import engine_requests, feed_rate, grant_cycles
 from ringgpt.sim.cycle_model.timing import unit_timing
 from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles, vector_operands, vector_stall_cycles, weight_beat_cycles
 
@@ -61,67 +59,10 @@ def program_figures(cfg, run) -> dict:
     return out
 
 
-def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
-    """For each HBM engine, the memories (a bit mask) each of its beats asks for, in order, for a transfer of
-    `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
-    beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat (in one
-    chunk: the ISA's beat rule, hw/resolved.misaligned_transfer) writes its chunk when it fills it to its last word,
-    or where the job's words end in the beat or the beat ends an interleave granule (PortEngine._rows), nothing
-    otherwise (its words wait for the next beat)."""
-    B, K, banks, G = cfg.beat_words, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
-    lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
-    delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
-    out = []
-    for channel in range(cfg.hbm_channels):
-        llo, lhi = hbm.local_range(channel, lo, lo + n, cfg)
-        asks = []
-        for job in np.flatnonzero(llo < lhi):
-            beat = np.arange(llo[job] // B * B, lhi[job], B)
-            first, last = np.maximum(beat, llo[job]), np.minimum(beat + B, lhi[job]) - 1
-            start = hbm.hbm_word(channel, first, cfg) + delta[job]
-            end = start + (last - first)
-            if write:
-                ends = (lhi[job] - beat <= B) | ((beat + B) % G == 0)
-                full = (end % K == K - 1) | ends
-                asks.extend(np.where(full, 1 << memory_of(start, K, banks), 0).tolist())
-            else:
-                asks.extend([1 << banks] * len(beat))
-        out.append(asks)
-    return out
-
-
-def grant_cycles(requests: list, rate: float, *, conflicts: bool = True, backlog: float = 4.0) -> int:
-    """Cycles until every engine's beats are granted: each cycle an engine gains `rate` beats from its memory (up
-    to `backlog` waiting) and holds its next beat in its stage until granted (a beat asking for no memory is
-    taken at once); grants go first to the engines that moved fewer beats than the leader (`urgent`), then to the
-    rest, each class in engine order, unless a grant before took one of the beat's memories (`conflicts` False:
-    never)."""
-    engines = len(requests)
-    index, credit, stage = [0] * engines, [0.0] * engines, [0] * engines
-    left, cycles = sum(len(asks) for asks in requests), 0
-    while left or any(stage):
-        cycles += 1
-        moved = [index[e] - (stage[e] != 0) for e in range(engines)]
-        leader, taken = max(moved), 0
-        for e in sorted(range(engines), key=lambda e: moved[e] == leader):    # stable: engine order in a class
-            if stage[e] and not (conflicts and stage[e] & taken):
-                taken |= stage[e]
-                stage[e] = 0
-        for e, asks in enumerate(requests):
-            credit[e] = min(credit[e] + rate, backlog)
-            if index[e] < len(asks) and credit[e] >= 1.0 and not stage[e]:
-                stage[e] = asks[index[e]]
-                index[e] += 1
-                credit[e] -= 1.0
-                left -= 1
-    return cycles
-
-
 def dma_figures(cfg, run) -> dict:
     """The grants' extra cycles over the program's LOADs and STOREs between HBM and ABUF/WBUF, at one beat per
     cycle per engine and at the HBM's sustained rate."""
-    B = cfg.beat_words
-    rates = {"port": 1.0, "hbm": min(1.0, cfg.hbm_bytes_per_cycle / (cfg.hbm_channels * 2 * B))}
+    rates = {"port": 1.0, "hbm": feed_rate(cfg)}
     period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, period(cfg.buffer_chunk_words, cfg.buffer_banks)
     out = {"transfers": 0, **{f"{rate}_cycles": 0 for rate in rates}, **{f"{rate}_extra": 0 for rate in rates}}
     cache: dict = {}

@@ -73,10 +73,16 @@ GATHER_INDICES = np.arange(3, dtype=np.uint16)
 takes for any GATHER."""
 
 
+def testbench_config(config: ArchConfig) -> ArchConfig:
+    """`config` with the timing figures of the simulated memories and links: TESTBENCH's, accesses of one beat,
+    and the AxiRams' peak (one beat per cycle on every port) for HBM's."""
+    return dataclasses.replace(config, hbm_access_bytes=config.hbm_port_bits // 8, hbm_peak_gbps=config.hbm_port_gbps,
+                               **TESTBENCH)
+
+
 def calibration_config(cards: int) -> ArchConfig:
-    """sim-small with the buffers of the whole-core tests (4,096 + 2,048 words) and TESTBENCH's timing figures."""
-    config = small_config("sim-small", abuf_words=4096, wbuf_words=2048)
-    return dataclasses.replace(config, hbm_access_bytes=config.hbm_port_bits // 8, **TESTBENCH).with_cards(cards)
+    """sim-small with the buffers of the whole-core tests (4,096 + 2,048 words) and the testbench's timing figures."""
+    return testbench_config(small_config("sim-small", abuf_words=4096, wbuf_words=2048)).with_cards(cards)
 
 
 class Recording:
@@ -94,9 +100,11 @@ class Recording:
         return stats
 
 
-def model_cards(device: SimulatorDevice) -> list:
-    return [(card.cycles, {unit.lower(): cycles for unit, cycles in card.busy.items()})
-            for card in device.last_report.cards]
+def model_cards(device: SimulatorDevice, timing: str | None = None) -> list:
+    """Per card of the last run, the cycle model's (cycles, busy cycles per unit); under the device's timing
+    variant `timing` where given."""
+    report = device.last_variant_reports[timing] if timing else device.last_report
+    return [(card.cycles, {unit.lower(): cycles for unit, cycles in card.busy.items()}) for card in report.cards]
 
 
 def rtl_cards(device: RtlDevice) -> list:

@@ -5,7 +5,7 @@ answering in 2 cycles, the ring wired directly). scripts/rtl_u280.py records it 
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import time
 
@@ -16,7 +16,7 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import ArchConfig
-from ringgpt.sim.calibration import TESTBENCH
+from ringgpt.sim.calibration import Recording, model_cards, rtl_cards, testbench_config
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice, design_of
@@ -34,25 +34,21 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
     spec, seed 7) compiled for `config` with `weights` ("fp16" or "int8"), on the RTL and on the functional
     simulator. Returns the record of
     scripts/rtl_u280.py's `runs` (bit_identical, per-run cycles of both, the build's figures where this process or
-    an earlier one built it, the RTL's cycles per wall second)."""
-    net = load_model(model, seed=7)
-    image = compile_model(net, config, max_context, weights=weights)
-    vocab = net.config.vocab_size
-    prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
-    sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
+    an earlier one built it, the RTL's cycles per wall second; per run, each card's [cycles, busy cycles per unit]
+    on both sides: `rtl_cards`, `model_cards`; the digest of the RTL's sources, runner.sources_digest)."""
+    side = SimulatorSide(config, model, prompt_tokens=prompt_tokens, decode_runs=decode_runs, max_context=max_context,
+                         weights=weights)
+    golden, model_cycles = side.result, side.cycles
     started = time.perf_counter()
-    build_dir = runner.build(design_of(config), simulator)
+    design = design_of(config)
+    build_dir = runner.build(design, simulator)
     build_wall = time.perf_counter() - started
     built = json.loads((build_dir / "build.json").read_text()) if (build_dir / "build.json").exists() else {}
 
-    testbench = dataclasses.replace(config, **TESTBENCH)
-    golden = Appliance(SimulatorDevice(config, timing={TESTBENCH_TIMING: testbench}), image).generate(prompt, sampling)
-    model_cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
-                          * testbench.clock_mhz * 1e6) for run in golden.runs]
     # a core that hangs stops at twice the model's longest run (a u280 core simulates about 35 cycles a second)
-    device = RtlDevice(config, simulator=simulator, cycle_limit=2 * max(model_cycles) + 10_000)
+    device = Recording(RtlDevice(config, simulator=simulator, cycle_limit=2 * max(model_cycles) + 10_000), rtl_cards)
     try:
-        result = Appliance(device, image).generate(prompt, sampling)
+        result = Appliance(device, side.image).generate(side.prompt, side.sampling)
     finally:
         device.close()
     identical = (result.generated_ids == golden.generated_ids and result.logits.shape == golden.logits.shape
@@ -61,15 +57,39 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
     rtl_cycles = [run.cycles for run in result.runs]
     wall = sum(run.wall_seconds for run in result.runs)
     return {"config": config.name, "cards": config.cards, "model": model, "weights": weights,
-            "n_layer": net.config.n_layer, "n_embd": net.config.n_embd, "n_head": net.config.n_head, "vocab_size": vocab,
-            "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "simulator": simulator,
+            **{key: getattr(side.net.config, key) for key in ("n_layer", "n_embd", "n_head", "vocab_size")},
+            "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "max_context": max_context,
+            "simulator": simulator, "sources_digest": runner.sources_digest(design.component),
             "bit_identical": bool(identical), **difference, "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
             "model_error_pct": [round(100 * (m - r) / r, 2) for m, r in zip(model_cycles, rtl_cycles)],
+            "rtl_cards": [cards for _, _, cards in device.runs], "model_cards": side.cards,
             "build_dir": str(build_dir), "build_wall_s": round(build_wall, 1), "build_s": built.get("build_s"),
             "verilog_s": built.get("verilog_s"),
             "verilog_mb": round(built["verilog_bytes"] / 1e6, 1) if "verilog_bytes" in built else None,
             "peak_rss_mb": built.get("peak_rss_mb"), "run_wall_s": round(wall, 1),
             "cycles_per_s": round(sum(rtl_cycles) / wall, 1) if wall else None}
+
+
+class SimulatorSide:
+    """The functional simulator's side of a comparison: `model` (a load_model spec, seed 7) compiled for `config`
+    with `weights`, a prompt of `prompt_tokens` fixed ids, then `decode_runs` greedy tokens (`result`); per run, the
+    cycle model's cycles under the testbench's timing (`cycles`) and each card's [cycles, busy cycles per unit]
+    (`cards`)."""
+
+    def __init__(self, config: ArchConfig, model: str, *, prompt_tokens: int = 8, decode_runs: int = 2,
+                 max_context: int = 64, weights: str = "fp16"):
+        self.net = load_model(model, seed=7)
+        self.image = compile_model(self.net, config, max_context, weights=weights)
+        vocab = self.net.config.vocab_size
+        self.prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
+        self.sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
+        testbench = testbench_config(config)
+        device = Recording(SimulatorDevice(config, timing={TESTBENCH_TIMING: testbench}),
+                           functools.partial(model_cards, timing=TESTBENCH_TIMING))
+        self.result = Appliance(device, self.image).generate(self.prompt, self.sampling)
+        self.cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
+                             * testbench.clock_mhz * 1e6) for run in self.result.runs]
+        self.cards = [cards for _, _, cards in device.runs]
 
 
 def logit_difference(got: np.ndarray, want: np.ndarray) -> dict:

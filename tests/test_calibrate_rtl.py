@@ -1,7 +1,14 @@
 """sim/calibration.py (scripts/calibrate_rtl.py's programs): its short programs are legal and run on the cycle model,
-each keeping the unit of every instruction it names busy (the RTL side is the script's own run)."""
+each keeping the unit of every instruction it names busy (the RTL side is the script's own run); the u280 section's
+rows from a record of the RTL's counters."""
+import json
+
+from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import OPCODES, Opcode
 from ringgpt.sim.calibration import SHORT, calibration_config, run_on_model
+from ringgpt.sim.cocotb_support import runner
+from ringgpt.sim.rtl.device import design_of
+from ringgpt.sim.rtl_comparison import SimulatorSide
 
 
 def test_every_short_program_runs_on_the_model():
@@ -14,3 +21,21 @@ def test_every_short_program_runs_on_the_model():
         for unit in named & set(busy):
             assert busy[unit] > 0, (name, unit, busy)
         assert cycles > max(busy.values()), name
+
+
+def test_the_u280_section_puts_the_recorded_rtl_beside_the_model_now(load_script, tmp_path):
+    script = load_script("calibrate_rtl")
+    spec = "synthetic:n_layer=1,n_embd=64,n_head=1,vocab_size=64"
+    config = get_config("u280", 1)
+    side = SimulatorSide(config, spec, prompt_tokens=2, decode_runs=1, max_context=16)
+    slower = [[[cycles + 10, busy] for cycles, busy in cards] for cards in side.cards]   # the RTL 10 cycles longer
+    entry = {"config": config.name, "model": spec, "weights": "fp16", "prompt_tokens": 2, "decode_runs": 1,
+             "max_context": 16, "simulator": "verilator", "commit": "abc1234", "bit_identical": True,
+             "rtl_cards": slower, "sources_digest": runner.sources_digest(design_of(config).component)}
+    record = tmp_path / "rtl_u280.json"
+    record.write_text(json.dumps({"runs": [entry, {**entry, "sources_digest": "other"}]}))
+    text = "\n".join(script.u280_sections(record))
+    for (cycles, _), label in zip((cards[0] for cards in side.cards), ("prompt pos 0, 2 rows", "decode pos 2, 1 rows")):
+        assert f"| {label} | {cycles + 10} | {cycles} | {100 * -10 / (cycles + 10):+.1f} % |" in text
+    assert "on other RTL sources than today's" in text
+    assert "No record" in script.u280_sections(tmp_path / "missing.json")[0]

@@ -29,7 +29,7 @@ def test_a_design_is_found_again_without_converting_it(build_root, monkeypatch):
     monkeypatch.setattr(runner, "verilog", no_conversion)
     assert runner.build(DESIGN, "icarus") == first
     # another source digest: the design is converted again (and its Verilog, unchanged, finds the same build)
-    monkeypatch.setattr(runner, "_sources_digest", lambda component: "changed")
+    monkeypatch.setattr(runner, "sources_digest", lambda component: "changed")
     with pytest.raises(AssertionError, match="converted again"):
         runner.build(DESIGN, "icarus")
 

@@ -208,7 +208,7 @@ def _module_file(name: str) -> Path | None:
 
 
 @functools.cache
-def _sources_digest(component: str) -> str | None:
+def sources_digest(component: str) -> str | None:
     """SHA-256 of what a design's Verilog can depend on: every Python source under hw/, the component's own module
     and the modules of this package outside hw/ that it imports by name, and Amaranth's version (None for a
     component from outside this package, whose sources it cannot tell)."""
@@ -236,8 +236,8 @@ def _sources_digest(component: str) -> str | None:
 def _index_entry(design: Design, sim: str, waves: bool) -> Path | None:
     """Where the build directory of `design` for `sim` is recorded under the digest of its sources: a design
     whose sources have not changed is not converted again (the u280 core's conversion takes about 11 minutes).
-    None where the sources cannot be told (`_sources_digest`)."""
-    sources = _sources_digest(design.component)
+    None where the sources cannot be told (`sources_digest`)."""
+    sources = sources_digest(design.component)
     if sources is None:
         return None
     text = f"{sources} {design.to_json()} {build_folder(design, sim, waves)}"

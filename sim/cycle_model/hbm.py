@@ -14,12 +14,15 @@ from ringgpt.hw.core.timing import DMATiming
 from ringgpt.hw.hbm import hbm_channel_of
 from ringgpt.hw.resolved import Resolved
 
+from .grants import grant_stall_cycles
+
 
 def dma_cycles(r: Resolved, cfg: ArchConfig) -> int:
     """Busy cycles of an off-chip LOAD, STORE or GATHER: the RTL unit's own count (hw/core/dma.py,
     DMATiming.transfer_cycles: job generation, bursts and requests in flight per AXI port, hbm_latency_cycles
     per request) on memories that serve each port no faster than the physical HBM (`hbm_service`) or the host
-    link (host_link_gbps) do. GATHER's table rows are taken as consecutive (the indices are data)."""
+    link (host_link_gbps) do, plus the waits of a LOAD's engines for the buffers' shared write ports
+    (grants.grant_stall_cycles). GATHER's table rows are taken as consecutive (the indices are data)."""
     return _modeled_dma(cfg).transfer_cycles(r, latency=cfg.hbm_latency_cycles)
 
 
@@ -41,6 +44,9 @@ def _modeled_dma(cfg: ArchConfig):
     served: dict = {}
 
     class ModeledDMA(DMATiming):
+        def transfer_cycles(self, r, *, latency: int, indices=None) -> int:
+            return super().transfer_cycles(r, latency=latency, indices=indices) + grant_stall_cycles(r, cfg)
+
         def _serve(self, starts, length: int, latency: int, host: bool, *, jobs: int, serial: bool = False) -> int:
             starts = np.asarray(starts, dtype=np.int64)
             period = periods[host]
