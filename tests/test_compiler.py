@@ -9,7 +9,8 @@ from transformers import GPT2LMHeadModel
 
 from ringgpt.host.compiler import CapacityError, CompileError, compile_model, partition, split
 from ringgpt.host.compiler.build import CardBuilder, Context, Piece
-from ringgpt.host.compiler.layout import CardShape, KVArea, choose_abuf_plans, choose_kv, region_align
+from ringgpt.host.compiler.layout import (CardShape, KVArea, choose_abuf_plans, choose_kv, region_align,
+                                          stream_align)
 from ringgpt.host.compiler.model import ModelDims
 from ringgpt.host.errors import RingGPTError
 from ringgpt.host.image import ApplianceImage
@@ -316,6 +317,17 @@ def test_pieces_fit_slots_and_cover_each_slice_once():
     for (layer, index), spans in covered.items():
         expect = len(builder.columns[index]) if layer < 12 else builder.v1 - builder.v0
         assert sorted(spans)[0][0] == 0 and sum(c for _, c in spans) == expect
+
+
+def test_every_layer_piece_starts_on_an_hbm_stripe():
+    """So that its LOAD starts all 32 DMA engines at once and their rows never wait for each other's buffer
+    memory (stream_align; started mid-stripe, the cycle model charges the waits: sim/cycle_model/grants.py)."""
+    builder = _builder(meta_model("gpt2-124m"), 2, 0)
+    config = builder.ctx.config
+    stripe = config.hbm_channels * config.hbm_interleave_words
+    assert stream_align(config) == stripe == 4096
+    layers = [p for p in builder.pieces if p.hbm_region == "layer weights"]
+    assert len(layers) > 12 and all(p.hbm % stripe == 0 for p in layers)
 
 
 def test_weight_slot_is_never_overwritten_before_it_is_read():

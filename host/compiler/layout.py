@@ -45,6 +45,16 @@ def region_align(config) -> int:
     return math.lcm(config.buffer_chunk_words, config.beat_words)
 
 
+def stream_align(config) -> int:
+    """Words on whose multiples every weight piece starts in HBM: a whole stripe of the HBM map (hbm_channels x
+    hbm_interleave_words: a granule in every pseudo-channel, hw/hbm.py) and region_align. A piece's LOAD then starts
+    every DMA engine at once, and the rows they complete together fall in distinct weight-buffer memories; started
+    mid-stripe, the engines' rows meet in a memory and wait for each other (sim/cycle_model/grants.py: a u280
+    weight stream at a beat a cycle took up to 56 % longer, 37 % at 200 MHz's 0.9). Costs at most a stripe less
+    one word of HBM per piece (8 KB at u280)."""
+    return math.lcm(region_align(config), config.hbm_channels * config.hbm_interleave_words)
+
+
 def lm_head_align(config) -> int:
     """Columns on whose multiples the LM head's pieces start (piece_spans): whole buffer rows (buffer_chunk_words) of
     the matrix unit's lane groups (mpu_lanes), so that each piece writes its logits from a buffer row's first word.
@@ -196,8 +206,9 @@ class HbmMap:
     regions: list = field(default_factory=list)
     top: int = 0
 
-    def alloc(self, name: str, words: int, kind: str) -> int:
-        start = align_up(self.top, self.align)
+    def alloc(self, name: str, words: int, kind: str, align: int | None = None) -> int:
+        """Allocates `words` at the next multiple of `align` (default: the map's) and returns its first word."""
+        start = align_up(self.top, align or self.align)
         self.regions.append(Region(name, kind, start, words))
         self.top = start + words
         return start
@@ -512,7 +523,7 @@ def layer_widths(dims, part, card: int) -> list:
 @dataclass(frozen=True)
 class LayerStream:
     """A card's weight pieces of one decoder layer (pack_slice; HBM words from the layer's start, origin layer 0).
-    Every layer's pieces are these, `stride` words after the previous layer's: the pieces start on region_align,
+    Every layer's pieces are these, `stride` words after the previous layer's: the pieces start on stream_align,
     so a layer's span rounded up to it."""
     pieces: tuple
     end: int
@@ -533,7 +544,7 @@ def layer_stream(config, widths: list, slot_words: int, gathered: dict, int8: bo
     """One layer's pieces on a card whose LAYER_SLICES have `widths` (layer_widths) and whose all-gathered slices
     are cut into the column spans `gathered` (its entries of gathered_pieces), in weight-buffer slots of
     `slot_words`, INT8 or FP16 (`int8`)."""
-    align, pieces, end = region_align(config), [], 0
+    align, pieces, end = stream_align(config), [], 0
     for index, (k, ncols) in enumerate(widths):
         end = pack_slice(pieces, end, ncols, k, config, int8, True, (0, index, 0), slot_words, config.mpu_lanes,
                          spans=gathered.get(index), piece_align=align)
@@ -552,7 +563,8 @@ def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_he
     """Card `card`'s HBM map, every region starting on region_align (a LOAD whose HBM and buffer words agree modulo
     the buffer chunk writes whole buffer rows, hw/core/dma.py, and its words must agree modulo the beat,
     misaligned_transfer): the token embedding (wte, its rows the tied LM head's columns), max_context position
-    rows, every layer's LayerNorm parameters and the final one's, the layers' weight stream (stream_words), the
+    rows, every layer's LayerNorm parameters and the final one's, the layers' weight stream (stream_words, from a
+    multiple of stream_align), the
     LM head's `lm_head_words` (its columns, and with INT8 weights their biases and scales) unless it is tied to wte
     (None), then one KV cache of kv_words per layer
     (none on a card without heads, kv_words 0)."""
@@ -562,7 +574,7 @@ def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_he
     m.alloc("wte", dims.vocab_size * column, "weights")
     m.alloc("wpe", max_context * embedding_row(d, config.beat_words), "weights")
     m.alloc("layernorm", dims.n_layer * ln_block(d, align) + 2 * d, "weights")
-    m.alloc("layer weights", stream_words, "weights")
+    m.alloc("layer weights", stream_words, "weights", stream_align(config))
     if lm_head_words is not None:
         m.alloc("lm_head", lm_head_words, "weights")
     for layer in range(dims.n_layer if kv_words else 0):
