@@ -50,7 +50,7 @@ def stream_align(config) -> int:
     hbm_interleave_words: a granule in every pseudo-channel, hw/hbm.py) and region_align. A piece's LOAD then starts
     every DMA engine at once, and the rows they complete together fall in distinct weight-buffer memories; started
     mid-stripe, the engines' rows meet in a memory and wait for each other (sim/cycle_model/grants.py: a u280
-    weight stream at a beat a cycle took up to 56 % longer, 37 % at 200 MHz's 0.9). Costs at most a stripe less
+    weight stream at a beat a cycle took up to 57 % longer, 44 % at 200 MHz's 0.9). Costs at most a stripe less
     one word of HBM per piece (8 KB at u280)."""
     return math.lcm(region_align(config), config.hbm_channels * config.hbm_interleave_words)
 
