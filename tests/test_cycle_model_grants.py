@@ -60,4 +60,19 @@ def test_the_compiled_replay_is_the_definitions(seed):
         engines = int(rng.integers(1, 33))
         requests = [[int(rng.choice([0, 1 << int(rng.integers(0, 6)), 1 << 17])) for _ in range(rng.integers(0, 40))]
                     for _ in range(engines)]
-        assert grants.fast_grant_cycles(requests, rate) == grant_cycles(requests, rate), (seed, rate)
+        jobs = [sorted(rng.integers(0, 60, len(asks)).tolist()) for asks in requests]
+        assert grants.fast_grant_cycles(requests, jobs, rate) == grant_cycles(requests, rate, jobs=jobs), (seed, rate)
+
+
+def test_beats_wait_for_their_jobs():
+    # two engines, one beat each in memory 0: together they wait a cycle for each other; the second engine's beat
+    # from job 1 (the unit issues a job a cycle) comes a cycle later anyway and waits for nothing
+    assert grant_cycles([[0b1], [0b1]], 1.0) == 3
+    assert grant_cycles([[0b1], [0b1]], 1.0, jobs=[[0], [1]]) == 3
+    assert grant_cycles([[0b1], [0b1]], 1.0, jobs=[[0], [1]], conflicts=False) == 3
+    assert grant_cycles([[0b1], [0b1]], 1.0, conflicts=False) == 2
+    # 1,024 one-row jobs (a u280 key LOAD, 8 words a row 64 apart): a row a cycle never meets another
+    cfg = get_config("u280")
+    keys = Resolved(Opcode.LOAD, rows=1024, n=8, dst=(Space.WBUF, 4259840), src1=(Space.HBM, 14826752),
+                    dst_stride=64, src1_stride=64)
+    assert grant_stall_cycles(keys, cfg) == 0

@@ -30,13 +30,18 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
     chunk: the ISA's beat rule, hw/resolved.misaligned_transfer) writes its chunk when it fills it to its last word,
     or where the job's words end in the beat or the beat ends an interleave granule (PortEngine._rows), nothing
     otherwise (its words wait for the next beat)."""
+    return [asks for asks, _ in engine_beats(cfg, rows, n, x0, x_stride, b0, b_stride, write)]
+
+
+def engine_beats(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
+    """engine_requests with, per engine, the job of each beat beside: a list of (asks, jobs) per engine."""
     B, K, banks, G = cfg.beat_words, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
     lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
     delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
     out = []
     for channel in range(cfg.hbm_channels):
         llo, lhi = hbm.local_range(channel, lo, lo + n, cfg)
-        asks = []
+        asks, jobs = [], []
         for job in np.flatnonzero(llo < lhi):
             beat = np.arange(llo[job] // B * B, lhi[job], B)
             first, last = np.maximum(beat, llo[job]), np.minimum(beat + B, lhi[job]) - 1
@@ -48,17 +53,21 @@ def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_s
                 asks.extend(np.where(full, 1 << memory_of(start, K, banks), 0).tolist())
             else:
                 asks.extend([1 << banks] * len(beat))
-        out.append(asks)
+            jobs.extend([int(job)] * len(beat))
+        out.append((asks, jobs))
     return out
 
 
-def grant_cycles(requests: list, rate: float, *, conflicts: bool = True, backlog: float = 4.0) -> int:
+def grant_cycles(requests: list, rate: float, *, jobs: list | None = None, conflicts: bool = True,
+                 backlog: float = 4.0) -> int:
     """Cycles until every engine's beats are granted: each cycle an engine gains `rate` beats from its memory (up
     to `backlog` waiting) and holds its next beat in its stage until granted (a beat asking for no memory is
-    taken at once); grants go first to the engines that moved fewer beats than the leader (`urgent`), then to the
-    rest, each class in engine order, unless a grant before took one of the beat's memories (`conflicts` False:
-    never)."""
+    taken at once), a beat of job j (`jobs`, parallel to `requests`; default 0) no earlier than cycle j + 1 (the
+    unit issues a job a cycle); grants go first to the engines that moved fewer beats than the leader (`urgent`),
+    then to the rest, each class in engine order, unless a grant before took one of the beat's memories
+    (`conflicts` False: never)."""
     engines = len(requests)
+    jobs = jobs or [[0] * len(asks) for asks in requests]
     index, credit, stage = [0] * engines, [0.0] * engines, [0] * engines
     left, cycles = sum(len(asks) for asks in requests), 0
     while left or any(stage):
@@ -71,7 +80,7 @@ def grant_cycles(requests: list, rate: float, *, conflicts: bool = True, backlog
                 stage[e] = 0
         for e, asks in enumerate(requests):
             credit[e] = min(credit[e] + rate, backlog)
-            if index[e] < len(asks) and credit[e] >= 1.0 and not stage[e]:
+            if index[e] < len(asks) and credit[e] >= 1.0 and not stage[e] and jobs[e][index[e]] < cycles:
                 stage[e] = asks[index[e]]
                 index[e] += 1
                 credit[e] -= 1.0
@@ -97,13 +106,13 @@ def grant_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
 
 @functools.lru_cache(maxsize=1 << 12)
 def _stalls(cfg: ArchConfig, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int) -> int:
-    requests = [asks for asks in engine_requests(cfg, rows, n, x0, x_stride, b0, b_stride, True) if asks]
-    if len(requests) < 2:     # (an idle engine never asks, and the leader is never behind it)
+    beats = [(asks, jobs) for asks, jobs in engine_beats(cfg, rows, n, x0, x_stride, b0, b_stride, True) if asks]
+    if len(beats) < 2:     # (an idle engine never asks, and the leader is never behind it)
         return 0
     rate = feed_rate(cfg)
-    # without conflicts each engine runs alone, its time set by its beats' count and whether its last asks at all
-    alone = {(len(asks), asks[-1] == 0): asks for asks in requests}
-    return fast_grant_cycles(requests, rate) - max(fast_grant_cycles([asks], rate) for asks in alone.values())
+    # without conflicts each engine runs alone
+    alone = max(fast_grant_cycles([asks], [jobs], rate) for asks, jobs in beats)
+    return fast_grant_cycles([a for a, _ in beats], [j for _, j in beats], rate) - alone
 
 
 _SOURCE = r"""
@@ -111,8 +120,9 @@ _SOURCE = r"""
 #include <stdlib.h>
 
 /* grants.grant_cycles (conflicts on, its default backlog passed in): engine e's asks are asks[offsets[e]] ..
-   asks[offsets[e + 1] - 1]. Returns the cycles, or -1 when out of memory. */
-int64_t grant_cycles(const int64_t *asks, const int64_t *offsets, int64_t engines, double rate, double backlog) {
+   asks[offsets[e + 1] - 1], their jobs at the same places of jobs. Returns the cycles, or -1 when out of memory. */
+int64_t grant_cycles(const int64_t *asks, const int64_t *jobs, const int64_t *offsets, int64_t engines, double rate,
+                     double backlog) {
     int64_t *index = calloc(engines, sizeof(int64_t)), *stage = calloc(engines, sizeof(int64_t));
     int64_t *moved = calloc(engines, sizeof(int64_t));
     double *credit = calloc(engines, sizeof(double));
@@ -136,7 +146,8 @@ int64_t grant_cycles(const int64_t *asks, const int64_t *offsets, int64_t engine
                     }
             for (int64_t e = 0; e < engines; e++) {
                 credit[e] = credit[e] + rate < backlog ? credit[e] + rate : backlog;
-                if (index[e] < offsets[e + 1] - offsets[e] && credit[e] >= 1.0 && !stage[e]) {
+                if (index[e] < offsets[e + 1] - offsets[e] && credit[e] >= 1.0 && !stage[e]
+                    && jobs[offsets[e] + index[e]] < cycles) {
                     stage[e] = asks[offsets[e] + index[e]];
                     staged += stage[e] != 0;
                     index[e]++;
@@ -157,18 +168,21 @@ def _kernel():
     lib = native.build("grants", _SOURCE)
     if lib is not None:
         lib.grant_cycles.restype = ctypes.c_int64
-        lib.grant_cycles.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_double]
+        lib.grant_cycles.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double,
+                                     ctypes.c_double]
     return lib
 
 
-def fast_grant_cycles(requests: list, rate: float) -> int:
-    """grant_cycles(requests, rate), by the compiled kernel where there is one."""
+def fast_grant_cycles(requests: list, jobs: list, rate: float) -> int:
+    """grant_cycles(requests, rate, jobs=jobs), by the compiled kernel where there is one."""
     lib = _kernel()
     if lib is None:
-        return grant_cycles(requests, rate)
+        return grant_cycles(requests, rate, jobs=jobs)
     asks = np.array([a for r in requests for a in r], dtype=np.int64)
+    issued = np.array([j for r in jobs for j in r], dtype=np.int64)
     offsets = np.cumsum([0] + [len(r) for r in requests], dtype=np.int64)
-    cycles = lib.grant_cycles(native.address(asks), native.address(offsets), len(requests), rate, 4.0)
+    cycles = lib.grant_cycles(native.address(asks), native.address(issued), native.address(offsets), len(requests),
+                              rate, 4.0)
     if cycles < 0:
         raise MemoryError("the grant replay's kernel ran out of memory")
     return int(cycles)
