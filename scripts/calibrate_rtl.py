@@ -6,6 +6,7 @@ the RTL's cycle counter beside the model's cycles, and per unit the RTL's busy c
 cycles. Writes the tables to docs/rtl-calibration.md (and prints them).
 
     python scripts/calibrate_rtl.py                      # Verilator; --simulator icarus
+    python scripts/calibrate_rtl.py --u280               # and single DMA transfers on the whole u280 core
 
 The programs, configuration and table rows: sim/calibration.py. The u280 section takes the RTL's counters of the
 whole u280 core's runs from docs/bench/rtl_u280.json (`python scripts/rtl_u280.py` records them: a run takes about 15
@@ -25,7 +26,7 @@ from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import get_config
 from ringgpt.sim.calibration import (AXIRAM_LATENCY, HEADER, TESTBENCH, Recording, calibration_config, model_cards,
-                                     row, rtl_cards, short_programs)
+                                     row, rtl_cards, short_programs, u280_transfers)
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice, design_of
@@ -44,6 +45,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "rtl-calibration.md")
     parser.add_argument("--u280-runs", type=Path, default=ROOT / "docs" / "bench" / "rtl_u280.json",
                         help="scripts/rtl_u280.py's record of the whole u280 core's runs")
+    parser.add_argument("--u280", action="store_true",
+                        help="also time single DMA transfers on the whole u280 core (its build, cached by design "
+                             "digest, takes about 45 minutes the first time)")
     args = parser.parse_args()
     changed = ", ".join(f"{k} {v:g}" for k, v in TESTBENCH.items())
     lines = ["# The cycle model against the RTL", "",
@@ -81,6 +85,17 @@ def main() -> int:
             kind = "prompt" if rows > 1 else "decode"
             lines.append(row(f"{kind} pos {pos}, {rows} rows", rtl_counts, model_counts))
         lines.append("")
+    if args.u280:
+        started = time.perf_counter()
+        lines += ["## Single transfers on the whole u280 core", "",
+                  "Each instruction alone on one u280 core (16 x 64 MACs, 32 HBM ports of 512 bits, 17 buffer "
+                  "memories), then the tail; the AxiRams hold 16M words. The weight pieces are the 1-layer real-width "
+                  "decode program's: on an HBM stripe all 32 engines start together, and the rows they complete "
+                  "together fall in distinct WBUF memories; mid-stripe they meet and wait "
+                  "(sim/cycle_model/grants.py).", "", HEADER.format("transfer")]
+        lines += u280_transfers(args.simulator)
+        lines.append("")
+        print(f"u280 transfers: {time.perf_counter() - started:.0f} s", flush=True)
     lines += u280_sections(args.u280_runs)
     text = "\n".join(lines)
     args.out.write_text(text)

@@ -2,7 +2,8 @@
 simulator with the cycle model (SimulatorDevice), both under one configuration whose timing figures are those of
 the simulated memories and links (`calibration_config`). The short programs per instruction class (`SHORT`, one
 instruction of the class between fixed ones; `short_programs`, `run_on_model`), the per-card counters of either side
-(`Recording`, `model_cards`, `rtl_cards`) and the table rows beside each other (`row`, `HEADER`).
+(`Recording`, `model_cards`, `rtl_cards`) and the table rows beside each other (`row`, `HEADER`); single DMA transfers
+on the whole u280 core (`U280_TRANSFERS`, `u280_transfers`).
 scripts/calibrate_rtl.py runs them, with whole runs of compiled GPT-2 programs, into docs/rtl-calibration.md.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from ringgpt.host.image import ApplianceImage, CardImage
 from ringgpt.hw.assembly import assemble
-from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.config import ArchConfig, get_config
 from ringgpt.hw.core.units import UNIT_NAMES
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.program import Program
@@ -73,7 +74,7 @@ GATHER_INDICES = np.arange(3, dtype=np.uint16)
 takes for any GATHER."""
 
 
-def testbench_config(config: ArchConfig) -> ArchConfig:
+def as_testbench(config: ArchConfig) -> ArchConfig:
     """`config` with the timing figures of the simulated memories and links: TESTBENCH's, accesses of one beat,
     and the AxiRams' peak (one beat per cycle on every port) for HBM's."""
     return dataclasses.replace(config, hbm_access_bytes=config.hbm_port_bits // 8, hbm_peak_gbps=config.hbm_port_gbps,
@@ -82,7 +83,7 @@ def testbench_config(config: ArchConfig) -> ArchConfig:
 
 def calibration_config(cards: int) -> ArchConfig:
     """sim-small with the buffers of the whole-core tests (4,096 + 2,048 words) and the testbench's timing figures."""
-    return testbench_config(small_config("sim-small", abuf_words=4096, wbuf_words=2048)).with_cards(cards)
+    return as_testbench(small_config("sim-small", abuf_words=4096, wbuf_words=2048)).with_cards(cards)
 
 
 class Recording:
@@ -163,6 +164,50 @@ def short_programs(config: ArchConfig, simulator: str) -> list:
             rtl.load_programs(card_programs(config, lines))
             rtl.run(0, 1)
             rows.append(row(name, rtl_cards(rtl), run_on_model(config, lines)))
+            print(rows[-1], flush=True)
+    finally:
+        rtl.close()
+    return rows
+
+
+U280_TRANSFERS = {
+    # the 1-layer real-width decode program's weight LOADs (host/compiler), on an HBM stripe as the compiler places
+    # them now and mid-stripe as it did before stream_align
+    "weight piece, 1,574,400 words, on a stripe": "LOAD dst=WBUF[0] src1=HBM[2170880] rows=1 n=1574400",
+    "the same into the other slot": "LOAD dst=WBUF[2097152] src1=HBM[3747840] rows=1 n=1574400",
+    "the same from granule 16 of its stripe": "LOAD dst=WBUF[0] src1=HBM[2168832] rows=1 n=1574400",
+    "the same from granule 28": "LOAD dst=WBUF[2097152] src1=HBM[3743232] rows=1 n=1574400",
+    "1,049,600 words from granule 8": "LOAD dst=WBUF[0] src1=HBM[5317632] rows=1 n=1049600",
+    "1,410,400 words from granule 16": "LOAD dst=WBUF[2097152] src1=HBM[6367232] rows=1 n=1410400",
+    "1,394,000 words from granule 27": "LOAD dst=WBUF[0] src1=HBM[7777664] rows=1 n=1394000",
+    # a head group's keys (1,024 rows of 8 words) and a K row written back
+    "1,024 rows of 8 words, 64 apart": "LOAD dst=WBUF[4259840] src1=HBM[14826752] rows=1024 n=8 dst_stride=64 "
+                                       "src1_stride=64",
+    "STORE of 1,024 words": "STORE dst=HBM[14769408] src1=ABUF[276096] rows=1 n=1024",
+}
+"""Single DMA transfers on the u280 core (`u280_transfers`): each alone, then TAIL."""
+U280_HBM_WORDS = 16 << 20
+
+
+def u280_transfers(simulator: str) -> list:
+    """Table rows of U280_TRANSFERS on the whole u280 core's RTL (one card) and on the model under the
+    testbench's timing."""
+    config = get_config("u280", 1)
+    testbench = as_testbench(config)
+
+    def image(cfg: ArchConfig, line: str) -> ApplianceImage:
+        program = Program(assemble(line + "\n" + TAIL), cfg.name, cfg.hash, 0, 1)
+        return ApplianceImage(cfg, [CardImage(program, [], U280_HBM_WORDS, SHORT_HOST_WORDS)])
+
+    rtl, rows = RtlDevice(config, simulator=simulator), []
+    try:
+        for name, line in U280_TRANSFERS.items():
+            model = SimulatorDevice(testbench)
+            model.load(image(testbench, line))
+            model.run(0, 1)
+            rtl.load(image(config, line))
+            rtl.run(0, 1)
+            rows.append(row(name, rtl_cards(rtl), model_cards(model)))
             print(rows[-1], flush=True)
     finally:
         rtl.close()

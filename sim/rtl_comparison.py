@@ -16,7 +16,7 @@ from ringgpt.host.reference.models import load_model
 from ringgpt.host.reference.sampling import SamplingConfig
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import ArchConfig
-from ringgpt.sim.calibration import Recording, model_cards, rtl_cards, testbench_config
+from ringgpt.sim.calibration import Recording, model_cards, rtl_cards, as_testbench
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice, design_of
@@ -83,7 +83,7 @@ class SimulatorSide:
         vocab = self.net.config.vocab_size
         self.prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
         self.sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
-        testbench = testbench_config(config)
+        testbench = as_testbench(config)
         device = Recording(SimulatorDevice(config, timing={TESTBENCH_TIMING: testbench}),
                            functools.partial(model_cards, timing=TESTBENCH_TIMING))
         self.result = Appliance(device, self.image).generate(self.prompt, self.sampling)

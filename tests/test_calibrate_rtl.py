@@ -5,7 +5,12 @@ import json
 
 from ringgpt.hw.config import get_config
 from ringgpt.hw.isa import OPCODES, Opcode
-from ringgpt.sim.calibration import SHORT, calibration_config, run_on_model
+from ringgpt.host.image import ApplianceImage, CardImage
+from ringgpt.hw.assembly import assemble
+from ringgpt.hw.program import Program
+from ringgpt.sim.calibration import (SHORT, TAIL, U280_HBM_WORDS, U280_TRANSFERS, calibration_config, model_cards,
+                                     run_on_model, as_testbench)
+from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.rtl.device import design_of
 from ringgpt.sim.rtl_comparison import SimulatorSide
@@ -39,3 +44,13 @@ def test_the_u280_section_puts_the_recorded_rtl_beside_the_model_now(load_script
         assert f"| {label} | {cycles + 10} | {cycles} | {100 * -10 / (cycles + 10):+.1f} % |" in text
     assert "on other RTL sources than today's" in text
     assert "No record" in script.u280_sections(tmp_path / "missing.json")[0]
+
+
+def test_the_u280_transfers_are_legal_and_keep_the_dma_busy():
+    config = as_testbench(get_config("u280", 1))
+    for name, line in U280_TRANSFERS.items():
+        program = Program(assemble(line + "\n" + TAIL), config.name, config.hash, 0, 1)
+        model = SimulatorDevice(config)
+        model.load(ApplianceImage(config, [CardImage(program, [], U280_HBM_WORDS, 256)]))
+        model.run(0, 1)
+        assert model_cards(model)[0][1]["dma"] > 40, name
