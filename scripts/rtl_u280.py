@@ -43,9 +43,10 @@ SAME_CASE = ("config", "cards", "model", "weights", "simulator")
 def main(preset: str, cards: int, model: str, simulator: str, weights: str, prompt_tokens: int, decode_runs: int,
          max_context: int, out: Path) -> None:
     """Run the model on the RTL and on the functional simulator; print and record the comparison."""
+    commit = _commit()      # the sources the run starts from
     entry = compare_with_simulator(get_config(preset, cards), model, simulator=simulator, prompt_tokens=prompt_tokens,
                                    decode_runs=decode_runs, max_context=max_context, weights=weights)
-    entry["commit"] = _commit()
+    entry["commit"] = commit
     click.echo(json.dumps(entry, indent=1))
     try:
         runs = json.loads(out.read_text())["runs"]
