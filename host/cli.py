@@ -218,9 +218,10 @@ def _check_steps(prompt_tokens: int, option: str, value: int, lowest: int, *, co
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="sim", show_default=True,
-              help="sim: the appliance on the functional simulator; rtl: on the cores' RTL (slow: use --config "
-                   "sim-small and a small model); alveo: on Alveo U280 boards (PYNQ, a bitstream from "
-                   "scripts/build_bitstream.py); reference: PyTorch")
+              help="sim: the appliance on the functional simulator; rtl: on the cores' RTL (slow: --config "
+                   "sim-small and a small model for quick runs; at u280 a core builds once in about 35 minutes and "
+                   "a 1-layer 345M-width model's 3 tokens take 8 minutes); alveo: on Alveo U280 boards (PYNQ, a "
+                   "bitstream from scripts/build_bitstream.py); reference: PyTorch")
 @config_options(" (sim, rtl and alveo backends)")
 @click.option("--simulator", type=click.Choice(["verilator", "icarus"]), default="verilator", show_default=True,
               help="the RTL simulator (rtl backend)")
@@ -313,9 +314,9 @@ def generate_command(ctx: click.Context, prompt: str, model: str, backend: str, 
 @click.argument("prompt", required=False, default=DEFAULT_PROMPT)
 @model_option
 @click.option("--backend", type=click.Choice(APPLIANCE_BACKENDS), default="sim", show_default=True,
-              help="sim: the functional simulator, every probed value; the others (rtl: the cores' RTL, slow: use "
-                   "--config sim-small and a small model; alveo: the boards) run one layer at a time and compare "
-                   "the embedding, each layer's output and the logits")
+              help="sim: the functional simulator, every probed value; the others (rtl: the cores' RTL, slow: "
+                   "--config sim-small and a small model for quick runs, minutes a run at u280; alveo: the boards) "
+                   "run one layer at a time and compare the embedding, each layer's output and the logits")
 @config_options()
 @click.option("--simulator", type=click.Choice(["verilator", "icarus"]), default="verilator", show_default=True,
               help="the RTL simulator (rtl backend)")
