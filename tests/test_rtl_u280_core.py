@@ -2,11 +2,10 @@
 depths) running the compiler's programs for a GPT-2 of 345M's width (`rtl_comparison.REAL_WIDTH_MODEL`: n_embd 1,024, 16
 heads, one layer, 2,048 tokens), an 8-token prompt run and two decode runs, every logit bit-identical with the
 functional simulator's (sim/rtl_comparison.py; `python scripts/rtl_u280.py` records the same run with its figures in
-docs/bench/rtl_u280.json). Verilator only: the build takes about 45 minutes and 5.4 GB on the 2-core machine
-(the conversion 19 minutes, Verilator and its C++ at -O0 24), once per design (sim_build/, cached); the run 13 minutes
-(159K cycles at 200 cycles a second). On the core before the row-maximum fix the prompt run's logits were
-bit-identical and the decode runs' about one FP16 step off (docs/rtl-core.md, "At u280's size"; issue 33); the fixed
-core has not yet been run."""
+docs/bench/rtl_u280.json). Verilator only: the build takes 35-45 minutes and 5.8 GB on the 2-core machine (the
+conversion 12-19 minutes, Verilator and its C++ at -O0 21-24), once per design (sim_build/, cached); the run 13-15
+minutes (151K cycles at 170-200 cycles a second). Passes since the row-maximum fix (docs/rtl-core.md, "At u280's
+size"; issue 33)."""
 import numpy as np
 import pytest
 
