@@ -17,6 +17,7 @@ from ringgpt.host.image import ApplianceImage
 from ringgpt.host.reference.models import load_model, synthetic_config
 from ringgpt.host.runtime import Appliance
 from ringgpt.hw.config import get_config
+from ringgpt.hw.resolved import resolve_run
 from ringgpt.hw.core.datapath import small_config
 from ringgpt.hw.isa import NUM_REGS, Instruction, Opcode, Space, decode
 from ringgpt.hw.program import Program
@@ -328,6 +329,12 @@ def test_every_layer_piece_starts_on_an_hbm_stripe():
     assert stream_align(config) == stripe == 4096
     layers = [p for p in builder.pieces if p.hbm_region == "layer weights"]
     assert len(layers) > 12 and all(p.hbm % stripe == 0 for p in layers)
+    # with INT8 weights the LM head has its own copy, its pieces on stripes too (the tied one's are wte's columns)
+    image = compile_model(meta_model("gpt2-124m"), get_config("u280", 1), 64, weights="int8")
+    streams = [resolved for resolved in resolve_run(image.cards[0].program.instructions, 0, 8, 1)
+               if resolved is not None and resolved.op is Opcode.LOAD and resolved.src1[0] is Space.HBM
+               and resolved.n >= 1 << 16]
+    assert len(streams) > 12 and all(r.src1[1] % stripe == 0 for r in streams)
 
 
 def test_weight_slot_is_never_overwritten_before_it_is_read():

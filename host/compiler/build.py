@@ -13,7 +13,7 @@ from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, KVA
                                           chunk_count, embedding_row, gathered_pieces, kv_cache_words, layer_stream,
                                           layer_widths, lm_head_align, lm_head_words, ln_block, pack_slice,
                                           plan_buffers,
-                                          region_align, weight_stride)
+                                          region_align, stream_align, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_int8, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, model_partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -116,14 +116,15 @@ class CardBuilder:
         self.stream_words = stream.words(dims.n_layer)
         vocab = self.v1 - self.v0
         m = self.hbm = card_hbm(config, dims, self.card, tmax, self.stream_words,
-                                None if ctx.tied else lm_head_words(config, d, vocab, ctx.int8),
+                                None if ctx.tied else lm_head_words(config, d, vocab, ctx.int8, ctx.slot_words),
                                 kv_cache_words(config, dims, tmax, self.local_heads, self.plan.kv_group))
         self.wte, self.wpe, self.ln = m.start("wte"), m.start("wpe"), m.start("layernorm")
         self.stream_start = m.start("layer weights")
         self.pieces = [p for layer in range(dims.n_layer) for p in stream.of_layer(layer, self.stream_start)]
         self.lm_head = self.wte + self.v0 * self.d_stride if ctx.tied else m.start("lm_head")
         pack_slice(self.pieces, self.lm_head, vocab, d, config, ctx.int8, False, (dims.n_layer, 0, 0),
-                   ctx.slot_words, lm_head_align(config), "wte" if ctx.tied else "lm_head")
+                   ctx.slot_words, lm_head_align(config), "wte" if ctx.tied else "lm_head",
+                   piece_align=1 if ctx.tied else stream_align(config))
         self.kv = [m.start(f"KV cache L{layer}") if self.local_heads else None for layer in range(dims.n_layer)]
         m.check_capacity(tmax)
 

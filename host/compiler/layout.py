@@ -576,16 +576,17 @@ def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_he
     m.alloc("layernorm", dims.n_layer * ln_block(d, align) + 2 * d, "weights")
     m.alloc("layer weights", stream_words, "weights", stream_align(config))
     if lm_head_words is not None:
-        m.alloc("lm_head", lm_head_words, "weights")
+        m.alloc("lm_head", lm_head_words, "weights", stream_align(config))
     for layer in range(dims.n_layer if kv_words else 0):
         m.alloc(f"KV cache L{layer}", kv_words, "kv")
     return m
 
 
-def lm_head_words(config, d: int, cols: int, int8: bool) -> int:
-    """HBM words of an LM head of its own (not wte): `cols` columns of d weights in pack_slice's pieces, one after
-    the other (column_layout without a bias)."""
-    return cols * sum(column_layout(d, config, int8, bias=False))
+def lm_head_words(config, d: int, cols: int, int8: bool, slot_words: int) -> int:
+    """HBM words of an LM head of its own (not wte): `cols` columns of d weights (column_layout without a bias) in
+    pack_slice's pieces for weight-buffer slots of `slot_words`, each starting on stream_align."""
+    return pack_slice([], 0, cols, d, config, int8, False, (0, 0, 0), slot_words, lm_head_align(config), "lm_head",
+                      piece_align=stream_align(config))
 
 
 def check_hbm(config, dims, part, slot_words: int, plans: list, max_context: int, int8: bool = False) -> list:
@@ -599,7 +600,7 @@ def check_hbm(config, dims, part, slot_words: int, plans: list, max_context: int
                               {index: spans[card] for index, spans in gathered.items()}, int8)
         heads = part.heads[card][1] - part.heads[card][0]
         v0, v1 = part.vocab[card]
-        head = lm_head_words(config, dims.n_embd, v1 - v0, True) if int8 else None
+        head = lm_head_words(config, dims.n_embd, v1 - v0, True, slot_words) if int8 else None
         maps.append(card_hbm(config, dims, card, max_context, stream.words(dims.n_layer), head,
                              kv_cache_words(config, dims, max_context, heads, plan.kv_group)))
         maps[-1].check_capacity(max_context)
