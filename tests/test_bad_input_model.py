@@ -81,7 +81,7 @@ SYNTHETIC_CASES = [
     ("n_layer=1,n_embd=64,n_head=1,n_positions=100000", [], "n_positions = 100000 must be a positive integer"),
     ("n_layer=1,n_embd=64,n_head=1,vocab_size=2000000", [], "vocab_size = 2000000 must be a positive integer"),
     ("n_layer=24,n_embd=768,n_head=12", ["--config", "sim-small", "--cards", "1"],
-     "the weights do not fit card 0's HBM: 418,993,536 bytes for 268,435,456"),
+     "the weights do not fit card 0's HBM: 419,639,408 bytes for 268,435,456"),
 ]
 
 
@@ -92,7 +92,7 @@ def test_absurd_sizes_exit_2_before_a_model_is_built(spec_text, options, phrase,
 
 def test_preflight_checks_weights_and_kv_caches_against_the_hbm():
     fields = source_fields("synthetic:n_layer=1000,n_embd=4096,n_head=32", weight_bytes=0)
-    with pytest.raises(CapacityError, match=r"the weights do not fit card 0's HBM: 101,135,886,240 bytes"):
+    with pytest.raises(CapacityError, match=r"the weights do not fit card 0's HBM: 101,386,502,304 bytes"):
         preflight(fields, get_config("u280", 4), 1024)
     fields = source_fields("synthetic:n_layer=300,n_embd=1024,n_head=16")
     with pytest.raises(CapacityError, match=r"the KV cache for max_context=1024 \(1,258,291,200 bytes\) does not "
