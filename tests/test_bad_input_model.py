@@ -23,7 +23,7 @@ from transformers import GPT2LMHeadModel
 from ringgpt.host import cli
 from ringgpt.host.compiler import CapacityError, CompileError, compile_model
 from ringgpt.host.compiler.dims import preflight
-from ringgpt.host.errors import ModelSpecError
+from ringgpt.host.errors import CheckpointError, ModelSpecError
 from ringgpt.host.reference import spec
 from ringgpt.host.reference.models import load_model, synthetic_config
 from ringgpt.host.reference.spec import source_fields
@@ -284,3 +284,14 @@ def test_fuzz_config_json_raises_only_ringgpt_errors(checkpoint, tmp_path_factor
     except RingGPTError:
         return
     assert model.config.n_layer == 1 and model.config.vocab_size == 300
+
+
+def test_a_field_the_models_modules_refuse_is_a_checkpoint_error(checkpoint, tmp_path):
+    """transformers takes resid_pdrop = -1 into the config and refuses it only when it builds the Dropout (the fuzz
+    test above found it: a ValueError, not a RingGPTError, before)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shutil.copy(checkpoint / "model.safetensors", folder)
+    (folder / "config.json").write_text(_edited([("resid_pdrop", -1)]))
+    with pytest.raises(CheckpointError, match=r"config.json has a field transformers refuses \(dropout probability"):
+        load_model(str(folder))

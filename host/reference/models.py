@@ -162,7 +162,10 @@ def _checkpoint_model(directory: Path, dtype: torch.dtype) -> GPT2LMHeadModel:
     directory = checkpoint_dir(directory)
     config = _read_config(directory)
     state = _read_weights(directory)
-    model = _empty_model(config)
+    try:
+        model = _empty_model(config)
+    except (ValueError, TypeError) as exc:  # a field the model's modules refuse (a dropout probability outside [0, 1])
+        raise _refused(directory, exc) from None
     _check_state(state, model, directory)
     check_weights(state.items(), f"checkpoint {directory}", CheckpointError, dtype == torch.float16)
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
@@ -177,9 +180,13 @@ def _read_config(directory: Path) -> GPT2Config:
     try:
         return GPT2Config.from_dict(data, return_dict=True)
     except Exception as exc:  # whatever transformers raises on a field it cannot take (strict dataclass checks, ...)
-        first = " ".join(str(exc).split())[:200]
-        raise CheckpointError(f"{directory / 'config.json'} has a field transformers refuses ({first}): correct "
-                              "config.json or restore the checkpoint's") from None
+        raise _refused(directory, exc) from None
+
+
+def _refused(directory: Path, exc: Exception) -> CheckpointError:
+    first = " ".join(str(exc).split())[:200]
+    return CheckpointError(f"{directory / 'config.json'} has a field transformers refuses ({first}): correct "
+                           "config.json or restore the checkpoint's")
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
