@@ -15,17 +15,16 @@ and the vector unit's busy cycles and operand stalls (vector_stall_cycles).
 for their LOAD beats (an engine merges its beats into whole rows and asks only when a row is complete,
 `PortEngine._rows`; each memory takes the first engine's row, `DMAUnit._row_writes`), and one ABUF read for their
 STORE beats (`DMAUnit._store_reads`: one beat per cycle in all). For every LOAD and STORE between HBM and ABUF/WBUF
-it replays each engine's beats (sim/cycle_model/grants.py, `engine_requests`: the jobs' words through hw/hbm.py's
+it replays each engine's beats (sim/cycle_model/grants.py, `engine_beats`: the jobs' words through hw/hbm.py's
 map) with every engine fed one beat per cycle, or at the HBM's sustained rate (`feed_rate`), granted as the RTL
 grants them (`grant_cycles`: the engines behind the leader first), and counts the cycles the grants add over
 memories that never conflict (the cycle model charges the LOADs' share, `grant_stall_cycles`).
 """
 from __future__ import annotations
 
-from ringgpt.hw.banks import period
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit
 from ringgpt.sim.cycle_model.costs import instruction_cost
-from ringgpt.sim.cycle_model.grants import engine_requests, feed_rate, grant_cycles
+from ringgpt.sim.cycle_model.grants import feed_rate, transfer_grants
 from ringgpt.sim.cycle_model.timing import unit_timing
 from ringgpt.sim.cycle_model.stalls import matrix_stall_cycles, vector_operands, vector_stall_cycles, weight_beat_cycles
 
@@ -61,11 +60,9 @@ def program_figures(cfg, run) -> dict:
 
 def dma_figures(cfg, run) -> dict:
     """The grants' extra cycles over the program's LOADs and STOREs between HBM and ABUF/WBUF, at one beat per
-    cycle per engine and at the HBM's sustained rate."""
+    cycle per engine and at the HBM's sustained rate (grants.transfer_grants)."""
     rates = {"port": 1.0, "hbm": feed_rate(cfg)}
-    period_x, period_b = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words, period(cfg.buffer_chunk_words, cfg.buffer_banks)
     out = {"transfers": 0, **{f"{rate}_cycles": 0 for rate in rates}, **{f"{rate}_extra": 0 for rate in rates}}
-    cache: dict = {}
     for r in run:
         if r is None or r.op not in (Opcode.LOAD, Opcode.STORE) or not (r.rows and r.n) or r.flags.transpose:
             continue
@@ -74,15 +71,9 @@ def dma_figures(cfg, run) -> dict:
         x_stride, b_stride = (r.src1_stride, r.dst_stride) if write else (r.dst_stride, r.src1_stride)
         if x_space is not Space.HBM or b_space not in (Space.ABUF, Space.WBUF):
             continue
-        key = (r.rows, r.n, x0 % period_x, x_stride, b0 % period_b, b_stride, write)
-        if key not in cache:
-            requests = engine_requests(cfg, r.rows, r.n, x0 % period_x, x_stride, b0 % period_b, b_stride, write)
-            cache[key] = {}
-            for label, rate in rates.items():
-                free = grant_cycles(requests, rate, conflicts=False)
-                cache[key][label] = (free, grant_cycles(requests, rate) - free)
         out["transfers"] += 1
-        for label, (free, extra) in cache[key].items():
+        for label, rate in rates.items():
+            free, extra = transfer_grants(cfg, r.rows, r.n, x0, x_stride, b0, b_stride, write, rate)
             out[f"{label}_cycles"] += free
             out[f"{label}_extra"] += extra
     return out

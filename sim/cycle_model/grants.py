@@ -3,8 +3,8 @@ DMAUnit._row_writes): the hbm_channels engines of an off-chip LOAD into ABUF or 
 rows and share one write port per buffer memory, each memory taking one row a cycle, the engines behind the leader
 first. When two engines' rows fall in one memory in the same cycle, one waits with its beat in its register, and
 its port stops. `grant_stall_cycles` is what that adds to a transfer's busy cycles in the cycle model
-(sim/cycle_model/hbm.py): the replay of every engine's rows (`engine_requests`) granted as the RTL grants them
-(`grant_cycles`), against the same replay on memories that never conflict, with every engine fed at the rate its
+(sim/cycle_model/hbm.py): the replay of every engine's rows (`engine_beats`) granted as the RTL grants them
+(`grant_cycles`), against each engine's replay alone (`transfer_grants`), with every engine fed at the rate its
 memory serves it (one beat a cycle from the testbench's AxiRams; the HBM's sustained share on a board).
 sim/bank_conflicts.py counts the same over whole programs. `grant_cycles` is the replay's definition; a compiled
 kernel of it (hw/native.py's build; tests/test_cycle_model_grants.py checks them equal) runs it where a C compiler
@@ -23,18 +23,13 @@ from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import Opcode, Space
 from ringgpt.hw.resolved import Resolved
 
-def engine_requests(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
-    """For each HBM engine, the memories (a bit mask) each of its beats asks for, in order, for a transfer of
-    `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word b0 + i * b_stride. A STORE
-    beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it reads); a LOAD beat (in one
-    chunk: the ISA's beat rule, hw/resolved.misaligned_transfer) writes its chunk when it fills it to its last word,
-    or where the job's words end in the beat or the beat ends an interleave granule (PortEngine._rows), nothing
-    otherwise (its words wait for the next beat)."""
-    return [asks for asks, _ in engine_beats(cfg, rows, n, x0, x_stride, b0, b_stride, write)]
-
-
 def engine_beats(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool) -> list:
-    """engine_requests with, per engine, the job of each beat beside: a list of (asks, jobs) per engine."""
+    """For each HBM engine, (asks, jobs): the memories (a bit mask) each of its beats asks for, in order, and the job
+    of each, for a transfer of `rows` jobs of `n` words, job i at HBM word x0 + i * x_stride and buffer word
+    b0 + i * b_stride. A STORE beat asks for the engines' one store read (bit `buffer_banks`: whatever chunks it
+    reads); a LOAD beat (in one chunk: the ISA's beat rule, hw/resolved.misaligned_transfer) writes its chunk when it
+    fills it to its last word, or where the job's words end in the beat or the beat ends an interleave granule
+    (PortEngine._rows), nothing otherwise (its words wait for the next beat)."""
     B, K, banks, G = cfg.beat_words, cfg.buffer_chunk_words, cfg.buffer_banks, cfg.hbm_interleave_words
     lo = x0 + x_stride * np.arange(rows, dtype=np.int64)
     delta = b0 + b_stride * np.arange(rows, dtype=np.int64) - lo
@@ -58,14 +53,12 @@ def engine_beats(cfg, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stri
     return out
 
 
-def grant_cycles(requests: list, rate: float, *, jobs: list | None = None, conflicts: bool = True,
-                 backlog: float = 4.0) -> int:
+def grant_cycles(requests: list, rate: float, *, jobs: list | None = None, backlog: float = 4.0) -> int:
     """Cycles until every engine's beats are granted: each cycle an engine gains `rate` beats from its memory (up
     to `backlog` waiting) and holds its next beat in its stage until granted (a beat asking for no memory is
     taken at once), a beat of job j (`jobs`, parallel to `requests`; default 0) no earlier than cycle j + 1 (the
     unit issues a job a cycle); grants go first to the engines that moved fewer beats than the leader (`urgent`),
-    then to the rest, each class in engine order, unless a grant before took one of the beat's memories
-    (`conflicts` False: never)."""
+    then to the rest, each class in engine order, unless a grant before took one of the beat's memories."""
     engines = len(requests)
     jobs = jobs or [[0] * len(asks) for asks in requests]
     index, credit, stage = [0] * engines, [0.0] * engines, [0] * engines
@@ -75,7 +68,7 @@ def grant_cycles(requests: list, rate: float, *, jobs: list | None = None, confl
         moved = [index[e] - (stage[e] != 0) for e in range(engines)]
         leader, taken = max(moved), 0
         for e in sorted(range(engines), key=lambda e: moved[e] == leader):    # stable: engine order in a class
-            if stage[e] and not (conflicts and stage[e] & taken):
+            if stage[e] and not stage[e] & taken:
                 taken |= stage[e]
                 stage[e] = 0
         for e, asks in enumerate(requests):
@@ -99,20 +92,29 @@ def grant_stall_cycles(r: Resolved, cfg: ArchConfig) -> int:
     beats are read one per cycle in all already, DMATiming._serve; a transposed LOAD's go through the tile)."""
     if r.op is not Opcode.LOAD or r.flags.transpose or not (r.rows and r.n) or r.src1[0] is not Space.HBM:
         return 0
+    return transfer_grants(cfg, r.rows, r.n, r.src1[1], r.src1_stride, r.dst[1], r.dst_stride, True, feed_rate(cfg))[1]
+
+
+def transfer_grants(cfg: ArchConfig, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool,
+                    rate: float) -> tuple:
+    """(cycles, waits) of a transfer between HBM and a buffer (engine_beats' arguments) with every engine fed
+    `rate` beats a cycle: the cycles of its slowest engine alone, and what the grants add to them. Remembered by
+    the addresses modulo the HBM map's period (hbm_channels squared granules) and the buffers' (hw/banks.period)."""
     period_x = cfg.hbm_channels ** 2 * cfg.hbm_interleave_words
-    period_b = period(cfg.buffer_chunk_words, cfg.buffer_banks)
-    return _stalls(cfg, r.rows, r.n, r.src1[1] % period_x, r.src1_stride, r.dst[1] % period_b, r.dst_stride)
+    return _grants(cfg, rows, n, x0 % period_x, x_stride, b0 % period(cfg.buffer_chunk_words, cfg.buffer_banks),
+                   b_stride, write, rate)
 
 
 @functools.lru_cache(maxsize=1 << 12)
-def _stalls(cfg: ArchConfig, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int) -> int:
-    beats = [(asks, jobs) for asks, jobs in engine_beats(cfg, rows, n, x0, x_stride, b0, b_stride, True) if asks]
-    if len(beats) < 2:     # (an idle engine never asks, and the leader is never behind it)
-        return 0
-    rate = feed_rate(cfg)
-    # without conflicts each engine runs alone
+def _grants(cfg: ArchConfig, rows: int, n: int, x0: int, x_stride: int, b0: int, b_stride: int, write: bool,
+            rate: float) -> tuple:
+    beats = [(asks, jobs) for asks, jobs in engine_beats(cfg, rows, n, x0, x_stride, b0, b_stride, write) if asks]
+    if not beats:
+        return 0, 0
     alone = max(fast_grant_cycles([asks], [jobs], rate) for asks, jobs in beats)
-    return fast_grant_cycles([a for a, _ in beats], [j for _, j in beats], rate) - alone
+    if len(beats) == 1:     # (an idle engine never asks, and the leader is never behind it)
+        return alone, 0
+    return alone, fast_grant_cycles([a for a, _ in beats], [j for _, j in beats], rate) - alone
 
 
 _SOURCE = r"""
