@@ -178,6 +178,14 @@ class ArchConfig:
         return self.mac_width
 
     @property
+    def vector_align(self) -> int:
+        """Words on whose multiples a vector instruction's ABUF operands (src1; src2 and aux but as row scalars)
+        start, and of which their row strides are multiples (with more than one row): vector_width, so that each
+        step of the unit reads its operands from one memory row each, picking its words without shifting them
+        across two rows (hw/core/buffers.py, a stepped TileReadPort lane; hw/resolved.misaligned_vector)."""
+        return self.vector_width
+
+    @property
     def buffer_banks(self) -> int:
         """Memories of each on-chip buffer, chunk c in memory c mod buffer_banks: the smallest prime above
         mpu_lanes, so the matrix unit's lanes read weight rows at most strides from distinct memories

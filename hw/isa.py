@@ -349,6 +349,13 @@ OPCODES: dict[Opcode, OpSpec] = {
                         {"dst": (Space.ABUF,)}, ("rows", "n"), ("dst_stride",)),
 }
 
+VECTOR_ALIGNMENT = ("With more than one word a row (n > 1), src1, and src2 and aux where they are in ABUF and not row "
+                    "scalars, start on multiples of vector_align (vector_width) words, and so do their row strides "
+                    "with more than one row, else the unit refuses the word (MISALIGNED)")
+"""The vector unit's alignment rule (hw/resolved.misaligned_vector), part of every vector opcode's action."""
+OPCODES.update({op: dataclasses.replace(spec, action=f"{spec.action}. {VECTOR_ALIGNMENT}")
+                for op, spec in OPCODES.items() if spec.unit is Unit.VECTOR})
+
 assert set(OPCODES) == set(Opcode), "every opcode needs a specification"
 
 

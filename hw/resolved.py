@@ -10,6 +10,7 @@ fields `Resolved` names, resolved by `hw/core/interfaces.resolve` the same way).
   bounding ranges (the scoreboard's rule).
 * `misaligned_weights`: the matrix unit's alignment rule for its weights (src2, in WBUF).
 * `misaligned_transfer`: the DMA engines' rule for a LOAD's or GATHER's rows from HBM or the host into a buffer.
+* `misaligned_vector`: the vector unit's alignment rule for its ABUF operands.
 """
 from __future__ import annotations
 
@@ -146,6 +147,25 @@ def misaligned_weights(r: Resolved, align: int) -> str | None:
         if address % align or stride % align:
             return (f"its {what} ({name}) at {space.name} word {address} with {step} {stride} are not on "
                     f"{align}-word boundaries (the matrix unit reads {reads} {space.name} row{'s' if what[0] == 'a' else ''})")
+    return None
+
+
+def misaligned_vector(r: Resolved, align: int) -> str | None:
+    """Why a vector instruction's ABUF operands break the vector unit's alignment rule, or None: with more than one
+    word a row (n > 1), src1, and src2 and aux where they are in ABUF and not row scalars, must start on multiples
+    of `align` words (ArchConfig.vector_align), their row strides too with more than one row, so that each step
+    reads an operand from one memory row (the RTL refuses the word with ErrorCode.MISALIGNED). One word a row (n = 1,
+    a row scalar) may lie anywhere; dst is free. An empty instruction (rows or n 0) is exempt."""
+    if OPCODES[r.op].unit is not Unit.VECTOR or not r.rows or r.n <= 1:
+        return None
+    for name, scalar in (("src1", None), ("src2", "src2_row_scalar"), ("aux", "aux_row_scalar")):
+        space, address = getattr(r, name)
+        if space is not Space.ABUF or (scalar and getattr(r.flags, scalar, 0)):
+            continue
+        stride = getattr(r, f"{name}_stride") if r.rows > 1 else 0
+        if address % align or stride % align:
+            return (f"its {name} at ABUF word {address}{f' with row stride {stride}' if r.rows > 1 else ''} is not on "
+                    f"{align}-word boundaries (the vector unit reads each step of an operand from one ABUF row)")
     return None
 
 

@@ -207,7 +207,8 @@ def buffer_estimate(cfg) -> dict:
 
 def group_requesters(cfg) -> dict:
     """The requesters of each buffer's shared read and write groups at `cfg` (hw/core/core.py's units): buffer name ->
-    {kind: count}, a kind one of ("tile lane", words), ("aligned tile lane", words), ("shared read", words),
+    {kind: count}, a kind one of ("tile lane", words), ("aligned tile lane", words), ("stepped tile lane", step
+    words: an aligned lane of a smaller step, which may also pick a single word), ("shared read", words),
     ("row write", rows x chunk words), ("bank write", chunk words: a row a memory), ("shared write", words)."""
     from ringgpt.hw.core.interfaces import BankWritePort, RowWritePort, SharedReadPort, SharedWritePort, TileReadPort
     label = {SharedReadPort: "shared read", SharedWritePort: "shared write", RowWritePort: "row write",
@@ -216,11 +217,13 @@ def group_requesters(cfg) -> dict:
     for space, sig in core_buffer_ports(cfg).values():
         kinds = out.setdefault(space.name, {})
         if isinstance(sig, TileReadPort):
-            aligned = sum(sig.aligned)
-            if aligned:
-                kinds[("aligned tile lane", sig.words)] = kinds.get(("aligned tile lane", sig.words), 0) + aligned
-            kind, count = ("tile lane", sig.words), sig.lanes - aligned
-        elif isinstance(sig, tuple(label)):
+            for step, scalar in zip(sig.aligned, sig.scalars):
+                kind = (("tile lane", sig.words) if not step else
+                        ("aligned tile lane", sig.words) if step == sig.words and not scalar else
+                        ("stepped tile lane", step))
+                kinds[kind] = kinds.get(kind, 0) + 1
+            continue
+        if isinstance(sig, tuple(label)):
             words = (sig.rows * sig.chunk if isinstance(sig, RowWritePort)
                      else sig.chunk if isinstance(sig, BankWritePort) else sig.words)
             kind, count = (label[type(sig)], words), 1
@@ -260,8 +263,9 @@ def port_parts(cfg) -> dict:
     offset, groups = range(chunk), group_requesters(cfg).values()
     counts = {banks, cfg.hbm_channels + 1, *(_candidates(kinds, chunk) for kinds in groups),
               *(n for kinds in groups for n in (_unit_writers(kinds)["row"], _unit_writers(kinds)["shared"])),
-              *(chunk // w for kinds in groups for (what, w) in kinds if what == "aligned tile lane")}
-    words = {w for kinds in groups for (_, w) in kinds}
+              *(chunk // w for kinds in groups for (what, w) in kinds if what in ("aligned tile lane", "stepped tile lane")),
+              *(chunk for kinds in groups for (what, _) in kinds if what == "stepped tile lane")}
+    words = {w for kinds in groups for (what, w) in kinds if what != "stepped tile lane"}
     parts = {f"select({n})": lambda n=n: _Registered(
         {"index": range(n), "values": n * SELECT_BITS},
         lambda c, n=n: select(c.index, [c.values[i * SELECT_BITS:(i + 1) * SELECT_BITS] for i in range(n)]),
@@ -304,7 +308,9 @@ def port_logic(cfg, measure) -> dict:
       memories' rows (`select(banks)` a bit) and takes its words out of them (`read shift`); a tile lane keeps
       its two rows in registers, each row the one arriving or the one kept (`kept select(banks)` a bit);
       an aligned tile lane (the matrix unit's WBUF weights) one row, its words one of the row's chunk // words
-      slots (`select(chunk // words)`, none at u280), no shift;
+      slots (`select(chunk // words)`, none at u280), no shift; a stepped tile lane (the vector unit's operands)
+      one row, its words from one of the row's chunk // step steps (`select(chunk // step)` of a row) or, single,
+      one word of the row (`select(chunk)` of a word, then a 2:1 choice);
     * the unit write: the shared write chosen (`select(shared writes)` of its address, words and mask) moved into a
       window of two chunks (`write shift` of the widest), the row write chosen (`select(row writes)`), and a 2:1
       choice (one LUT a bit) between the two;
@@ -343,6 +349,10 @@ def port_logic(cfg, measure) -> dict:
             elif what == "aligned tile lane":     # one row, its words one of chunk // words slots
                 lane = plus(part(f"kept select({banks})", chunk * WORD / SELECT_BITS),
                             select_bits(chunk // words, words * WORD))
+                flops += count * chunk * WORD
+            elif what == "stepped tile lane":     # one row, shifted by whole steps, or one word of it
+                lane = plus(part(f"kept select({banks})", chunk * WORD / SELECT_BITS),
+                            select_bits(chunk // words, chunk * WORD), select_bits(chunk, WORD), {"LUT": WORD})
                 flops += count * chunk * WORD
             elif what == "shared read":
                 lane = plus(select_bits(banks, 2 * chunk * WORD), part(f"read shift({chunk}, {words})"))

@@ -32,7 +32,7 @@ peak is already its ports' rate; at efficiency 1 a channel serves a beat per cyc
 one beat (hbm_access_bytes = hbm_port_bits / 8), and the ring's cores wired directly (no transceiver, cable or
 clock crossing)."""
 
-TAIL = "VADD dst=ABUF[3000] src1=ABUF[2000] src2=IMM[0x3c00] rows=2 n=256\nHALT"
+TAIL = "VADD dst=ABUF[3000] src1=ABUF[2048] src2=IMM[0x3c00] rows=2 n=256\nHALT"
 """Ends every short program: its fetch FIFO is full when the HALT passes, so nothing of one run's fetch is still
 in flight when the next starts."""
 MATMUL = "MATMUL dst=ABUF[500] src1=ABUF[100] src2=WBUF[0] rows=1 n=16 k=64 src2_stride=64"

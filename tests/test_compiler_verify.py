@@ -103,6 +103,17 @@ def test_weights_off_their_boundaries_are_an_error():
         check(asm)
 
 
+def test_vector_operands_off_their_boundaries_are_an_error():
+    """A VADD whose src1 starts off a vector_align boundary (hw/resolved.misaligned_vector) stops the compile; one
+    word a row may lie anywhere."""
+    asm = Asm()
+    asm(Opcode.LOAD, dst=abuf(0), src1=hbm(0), rows=1, n=24, writes="x", reads="weights")
+    asm(Opcode.VADD, dst=abuf(100), src1=abuf(3), src2=imm(1.0), rows=1, n=1, writes="one", reads="x")
+    asm(Opcode.VADD, dst=abuf(64), src1=abuf(4), src2=imm(1.0), rows=1, n=8, writes="y", reads="x")
+    with pytest.raises(PlanError, match=r"instruction 2 \(VADD.*src1 at ABUF word 4 is not on 8-word boundaries"):
+        check(asm)
+
+
 def test_addresses_outside_their_space_or_region_are_errors():
     asm = Asm()
     asm(Opcode.LOAD, dst=abuf(0), src1=hbm(0), rows=1, n=8, writes="x", reads="weights")

@@ -206,7 +206,7 @@ def test_a_hazard_holds_every_later_instruction():
     """The scoreboard stops the head: the MATMUL waits for its weights in the controller, and the instruction
     behind it (a NOP, a VADD) waits with it."""
     report = run(f"{LOAD_LONG}\n{MATMUL_BANK0.replace('WBUF[0]', 'WBUF[4096]')}\nNOP\n"
-                 "VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\nHALT")
+                 "VADD dst=ABUF[200] src1=ABUF[504] src2=IMM[0x3c00] rows=1 n=64\nHALT")
     assert report.cards[0].timeline[1:4] == [("MATMUL", 190, 192, 268), ("NOP", 191, 191, 192),
                                              ("VADD", 192, 194, 216)]
     assert report.cycles == 269
@@ -215,9 +215,9 @@ def test_a_hazard_holds_every_later_instruction():
 def test_write_after_read_and_read_after_write_wait():
     war = run(f"{MATMUL_BANK0}\n{LOAD_LONG.replace('WBUF[4096]', 'WBUF[960]')}\nHALT")
     assert war.cards[0].timeline[:2] == [("MATMUL", 41, 43, 119), ("LOAD", 119, 121, 268)]
-    raw = run("VADD dst=ABUF[100] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
+    raw = run("VADD dst=ABUF[100] src1=ABUF[504] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
     assert raw.cards[0].timeline[:2] == [("VADD", 41, 43, 65), ("MATMUL", 65, 67, 143)]
-    independent = run("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
+    independent = run("VADD dst=ABUF[200] src1=ABUF[504] src2=IMM[0x3c00] rows=1 n=64\n" + MATMUL_BANK0 + "\nHALT")
     assert independent.cards[0].timeline[1] == ("MATMUL", 45, 47, 123)
 
 
@@ -230,7 +230,7 @@ def test_barrier_waits_for_everything_issued_before_it():
 def test_full_unit_queue_stalls_the_decoder():
     # 32 B on channel 0: 2 beats, the request window (16 x 33 cycles) 3 cycles a port: 5 + 2 + 36 = 43 cycles
     loads = "\n".join(f"LOAD dst=ABUF[{1000 + 16 * i}] src1=HBM[{16 * i}] rows=1 n=16" for i in range(4))
-    text = f"{loads}\nVADD dst=ABUF[0] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=16\nHALT"          # 16 cycles
+    text = f"{loads}\nVADD dst=ABUF[0] src1=ABUF[504] src2=IMM[0x3c00] rows=1 n=16\nHALT"          # 16 cycles
     shallow = run(text, dataclasses.replace(CFG, queue_depth=2))
     # the 4th LOAD enters the queue once the 2nd has left it (at 86)
     assert shallow.cards[0].timeline[:5] == [("LOAD", 41, 43, 86), ("LOAD", 45, 86, 129), ("LOAD", 49, 129, 172),
@@ -307,7 +307,7 @@ def test_occupancy_partitions_each_cards_cycles():
         "compute_matrix": 76, "compute_vector": 0, "compute_onchip": 0}
     # a VADD (43..65) beside an independent MATMUL (47..123, test_write_after_read_and_read_after_write_wait): the
     # matrix unit's cycles first, the vector unit's only where the matrix unit is idle (43..47)
-    report, traces = run_with_traces("VADD dst=ABUF[200] src1=ABUF[500] src2=IMM[0x3c00] rows=1 n=64\n"
+    report, traces = run_with_traces("VADD dst=ABUF[200] src1=ABUF[504] src2=IMM[0x3c00] rows=1 n=64\n"
                                      f"{MATMUL_BANK0}\nHALT")
     (card,) = occupancy(report, traces)
     assert (card["compute"], card["compute_matrix"], card["compute_vector"]) == (123 - 43, 123 - 47, 47 - 43)
@@ -378,7 +378,7 @@ def test_an_allgathers_destination_blocks_buffer_words_above_it():
     columns): a VADD writing ABUF above it waits for the ALLGATHER, one writing below it does not."""
     gather = "ALLGATHER dst=ABUF[100] src1=ABUF[{src}] rows=1 n=8 k={k} dst_stride=16 src1_stride=16"
     for dst, decided in ((3000, 88), (0, 45)):
-        vadd = f"VADD dst=ABUF[{dst}] src1=ABUF[{dst + 50}] src2=IMM[0x3c00] rows=1 n=8"
+        vadd = f"VADD dst=ABUF[{dst}] src1=ABUF[{dst + 56}] src2=IMM[0x3c00] rows=1 n=8"
         report = run([f"{gather.format(src=100, k=0)}\n{vadd}\nHALT", f"{gather.format(src=108, k=8)}\n{vadd}\nHALT"])
         # the ALLGATHER: decided at 41, taken at 43, 11 cycles on direct links + the 34-cycle hop: done at 88
         assert report.cards[0].timeline[0] == ("ALLGATHER", 41, 43, 88)

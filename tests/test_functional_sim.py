@@ -177,9 +177,9 @@ def test_vector_binary(rng, op, mode):
     src2 = {"element": "src2=ABUF[200] src2_stride=24", "row_scalar": "src2=ABUF[200] src2_stride=24 +src2_row_scalar",
             "imm": "src2=IMM[0xc100]"}[mode]
     device = device_for(f"""
-        {op.name} dst=ABUF[400] src1=ABUF[0] {src2} rows={rows} n={n} dst_stride=21 src1_stride=20
+        {op.name} dst=ABUF[400] src1=ABUF[0] {src2} rows={rows} n={n} dst_stride=21 src1_stride=24
         HALT""")
-    put(device, Space.ABUF, 0, a, 20)
+    put(device, Space.ABUF, 0, a, 24)
     put(device, Space.ABUF, 200, b, 24)
     device.run(0, 1)
     operand = {"element": b[:, :n], "row_scalar": b[:, :1], "imm": np.float16(-2.5)}[mode]
@@ -189,17 +189,20 @@ def test_vector_binary(rng, op, mode):
 
 @pytest.mark.parametrize("src2_mode,aux_mode", [("element", "element"), ("row_scalar", "imm"), ("imm", "row_scalar")])
 def test_vscale_shift(rng, src2_mode, aux_mode):
-    rows, n = 4, 10
+    rows, n, stride = 4, 10, 16         # rows on the vector unit's 8-word boundaries
     a, b, c = rand16(rng, rows, n), rand16(rng, rows, n), rand16(rng, rows, n)
 
     def operand(name, mode, base):
-        return {"element": f"{name}=ABUF[{base}] {name}_stride={n}",
-                "row_scalar": f"{name}=ABUF[{base}] {name}_stride={n} +{name}_row_scalar",
+        return {"element": f"{name}=ABUF[{base}] {name}_stride={stride}",
+                "row_scalar": f"{name}=ABUF[{base + 3}] {name}_stride={stride} +{name}_row_scalar",
                 "imm": f"{name}=IMM[0x3800]"}[mode]
-    device = device_for(f"VSCALE_SHIFT dst=ABUF[600] src1=ABUF[0] {operand('src2', src2_mode, 100)} "
-                        f"{operand('aux', aux_mode, 300)} rows={rows} n={n} dst_stride={n} src1_stride={n}\nHALT")
-    for base, values in ((0, a), (100, b), (300, c)):
-        put(device, Space.ABUF, base, values)
+    device = device_for(f"VSCALE_SHIFT dst=ABUF[600] src1=ABUF[0] {operand('src2', src2_mode, 96)} "
+                        f"{operand('aux', aux_mode, 296)} rows={rows} n={n} dst_stride={n} src1_stride={stride}\nHALT")
+    for base, values in ((0, a), (96, b), (296, c)):
+        put(device, Space.ABUF, base, values, stride)
+    for name, mode, base, values in (("src2", src2_mode, 96, b), ("aux", aux_mode, 296, c)):
+        if mode == "row_scalar":         # a row scalar's word may lie anywhere
+            put(device, Space.ABUF, base + 3, values[:, :1], stride)
     device.run(0, 1)
     pick = {"element": lambda v: v, "row_scalar": lambda v: v[:, :1], "imm": lambda v: np.float16(0.5)}
     want = nm.vscale_shift(a, pick[src2_mode](b), pick[aux_mode](c))
@@ -211,24 +214,24 @@ def test_vscale_shift(rng, src2_mode, aux_mode):
 def test_vector_special(rng, op, name):
     a = rand16(rng, 2, 30)
     a[0, :4] = [0.0, -0.0, np.inf, np.nan]
-    device = device_for(f"{op.name} dst=ABUF[100] src1=ABUF[0] rows=2 n=30 dst_stride=32 src1_stride=30\nHALT")
-    put(device, Space.ABUF, 0, a)
+    device = device_for(f"{op.name} dst=ABUF[100] src1=ABUF[0] rows=2 n=30 dst_stride=32 src1_stride=32\nHALT")
+    put(device, Space.ABUF, 0, a, 32)
     device.run(0, 1)
     assert np.array_equal(bits(block(device, Space.ABUF, 100, 2, 30, 32)), bits(nm.special(name, a)))
 
 
 def test_vector_reductions(rng):
-    rows, n = 3, 37
+    rows, n, s = 3, 37, 40
     a, b = rand16(rng, rows, n), rand16(rng, rows, n)
     a[1, 5] = np.nan
     device = device_for(f"""
-        VSUM dst=ABUF[500] src1=ABUF[0] rows={rows} n={n} dst_stride=2 src1_stride={n}
-        VDOT dst=ABUF[510] src1=ABUF[0] src2=ABUF[200] rows={rows} n={n} dst_stride=1 src1_stride={n} src2_stride={n}
-        VDOT dst=ABUF[520] src1=ABUF[0] src2=IMM[0x4000] rows={rows} n={n} dst_stride=1 src1_stride={n}
-        VMAX dst=ABUF[530] src1=ABUF[0] rows={rows} n={n} dst_stride=3 src1_stride={n}
+        VSUM dst=ABUF[500] src1=ABUF[0] rows={rows} n={n} dst_stride=2 src1_stride={s}
+        VDOT dst=ABUF[510] src1=ABUF[0] src2=ABUF[200] rows={rows} n={n} dst_stride=1 src1_stride={s} src2_stride={s}
+        VDOT dst=ABUF[520] src1=ABUF[0] src2=IMM[0x4000] rows={rows} n={n} dst_stride=1 src1_stride={s}
+        VMAX dst=ABUF[530] src1=ABUF[0] rows={rows} n={n} dst_stride=3 src1_stride={s}
         HALT""")
-    put(device, Space.ABUF, 0, a)
-    put(device, Space.ABUF, 200, b)
+    put(device, Space.ABUF, 0, a, s)
+    put(device, Space.ABUF, 200, b, s)
     device.run(0, 1)
     vw = CFG.vector_width
     assert np.array_equal(bits(block(device, Space.ABUF, 500, rows, 1, 2))[:, 0],
@@ -313,9 +316,9 @@ def test_column_parallel_matmul_on_four_cards_equals_one_card(rng):
             LOAD dst=ABUF[0] src1=HOST[0] rows=r2 n={k} dst_stride={k} src1_stride={k}
             LOAD dst=WBUF[0] src1=HBM[0] rows=1 n={n * k}
             {matmul}
-            ALLGATHER dst=ABUF[400] src1=ABUF[200] rows=r2 n={n} k={off} dst_stride={n_total} src1_stride={n}
-            VGELU dst=ABUF[400] src1=ABUF[400] rows=r2 n={n_total} dst_stride={n_total} src1_stride={n_total}
-            STORE dst=HOST[100] src1=ABUF[400] rows=r2 n={n_total} dst_stride={n_total} src1_stride={n_total}
+            ALLGATHER dst=ABUF[400] src1=ABUF[200] rows=r2 n={n} k={off} dst_stride=24 src1_stride={n}
+            VGELU dst=ABUF[400] src1=ABUF[400] rows=r2 n={n_total} dst_stride=24 src1_stride=24
+            STORE dst=HOST[100] src1=ABUF[400] rows=r2 n={n_total} dst_stride={n_total} src1_stride=24
             HALT""")
         hbm.append((c, 0, w_cols[off:off + n].ravel()))
     device = device_for(texts, hbm=hbm)
@@ -395,8 +398,8 @@ def test_program_without_halt_is_rejected():
      r"dst writes HOST words \[1020, 1028\), beyond the host buffer of 1024"),
     ("GATHER dst=ABUF[0] src1=HBM[0] src2=HOST[0] rows=2 n=8 src1_stride=8",
      r"src1 \(index 600 of row 1\) reads HBM words \[4800, 4808\), beyond the image's HBM memory map"),
-    ("VADD dst=ABUF[0] src1=ABUF[262100] src2=IMM[0x3c00] rows=r2 n=40 dst_stride=40 src1_stride=40",
-     r"src1 reads ABUF words \[262100, 262180\)"),
+    ("VADD dst=ABUF[0] src1=ABUF[262104] src2=IMM[0x3c00] rows=r2 n=40 dst_stride=40 src1_stride=40",
+     r"src1 reads ABUF words \[262104, 262184\)"),
 ])
 def test_out_of_range_addresses_name_space_range_and_limit(text, match):
     device = device_for("NOP\n" + text + "\nHALT")
@@ -555,6 +558,28 @@ def test_weights_off_tile_boundaries_fault(compute, src2, stride):
     assert (info.value.card, info.value.pc) == (0, 1)
     device_for(program("[96+r3]", 16).replace("imm=2", "imm=8"), compute=compute).run(0, 1)
     device_for(program("[96]", 24), compute=compute).run(0, 1)
+
+
+@pytest.mark.parametrize("compute", [True, False])
+@pytest.mark.parametrize("cards", [1, 2])
+@pytest.mark.parametrize("text, operand", [
+    ("VADD dst=ABUF[200] src1=ABUF[4] src2=IMM[0x3c00] rows=1 n=8", "src1 at ABUF word 4"),
+    ("VMUL dst=ABUF[200] src1=ABUF[0] src2=ABUF[64] rows=r3 n=9 src1_stride=16 src2_stride=12",
+     "src2 at ABUF word 64 with row stride 12"),
+    ("VSCALE_SHIFT dst=ABUF[200] src1=ABUF[0] src2=IMM[0x3c00] aux=ABUF[100] rows=1 n=8", "aux at ABUF word 100")])
+def test_vector_operands_off_their_boundaries_fault(compute, cards, text, operand):
+    """The vector unit's alignment rule (hw/resolved.misaligned_vector; the RTL's ErrorCode.MISALIGNED): with more
+    than one word a row, its ABUF operands but row scalars start on, and step by, multiples of vector_align words (8
+    at sim-small), in full and timing-only runs, on one card and in step on two (the cards' group plan); one word a
+    row, or a row scalar, anywhere."""
+    program = f"SETI rd=r3 imm=2\n{text}\nHALT"
+    device = device_for([program] * cards, compute=compute)
+    with pytest.raises(AlignmentFault, match=rf"its {operand} is not on 8-word boundaries") as info:
+        device.run(0, 1)
+    assert (info.value.card, info.value.pc) == (0, 1)
+    fine = ("VADD dst=ABUF[200] src1=ABUF[5] src2=IMM[0x3c00] rows=r3 n=1 src1_stride=3\n"
+            "VSUB dst=ABUF[300] src1=ABUF[8] src2=ABUF[77] rows=r3 n=9 src1_stride=16 src2_stride=5 +src2_row_scalar")
+    device_for([f"SETI rd=r3 imm=2\n{fine}\nHALT"] * cards, compute=compute).run(0, 1)
 
 
 def test_timing_only_run_still_checks_addresses():

@@ -50,15 +50,17 @@ def test_port_logic_is_composed_of_its_measured_parts():
     lane, aligned = 2 * 1024 * (17 + 1) + 1000, 1024 * (17 + 1)
     assert ports["WBUF"]["LUT"] == 16 * aligned + 2 * lane + 17 * (1024 + 64 + 12) * 3
     assert ports["WBUF"]["FF"] == 16 * 1024 + 2 * 2 * 1024
-    # ABUF: 4 tile lanes (the matrix unit's x lane, the vector unit's 3) and the matrix unit's aligned second x lane
-    # (INT8 weights), 2 shared reads (the DMA's, the router's:
+    # ABUF: the matrix unit's x lane and its aligned second x lane (INT8 weights), the vector unit's 3 lanes stepped
+    # by special_lanes (16: one of 4 steps of a row, or one word of it), 2 shared reads (the DMA's, the router's:
     # their 2,048-bit pairs of rows); no weight lanes (the ISA puts every weight in WBUF);
     # the unit write: one of 4 shared writes (a 32-bit address, 64 words and 64 mask bits) shifted once, or the
     # on-chip DMA's two rows (2:1 over a chunk number and two rows with their enables); each of 17 memories selects
     # its row among the unit write's two and the crossbar's one (3 candidates)
     assert ports["requesters"]["ABUF"]["bank write of 64"] == 1 and ports["requesters"]["ABUF"]["shared read of 64"] == 2
     assert ports["requesters"]["ABUF"]["aligned tile lane of 64"] == 1
-    assert ports["ABUF"]["LUT"] == 4 * lane + aligned + 2 * (2 * 1024 * 17 + 1000) + 4 * (32 + 1024 + 64) + 3000 \
+    assert ports["requesters"]["ABUF"]["tile lane of 64"] == 1 and ports["requesters"]["ABUF"]["stepped tile lane of 16"] == 3
+    stepped = 1024 * (17 + 1) + 4 * 1024 + 64 * 16 + 16
+    assert ports["ABUF"]["LUT"] == lane + aligned + 3 * stepped + 2 * (2 * 1024 * 17 + 1000) + 4 * (32 + 1024 + 64) + 3000 \
         + (32 + 2048 + 128) + 17 * (1024 + 64 + 11) * 3
     # the DMA's crossbar for both buffers: each of 17 memories selects a row, its enables and a 32-bit row address
     # among the 33 AXI ports' engines

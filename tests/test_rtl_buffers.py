@@ -25,6 +25,7 @@ from ringgpt.hw.config import get_config
 from ringgpt.hw.banks import tile_read_cycles
 from ringgpt.hw.core.buffers import BankedBuffer, Buffers
 from ringgpt.hw.core.interfaces import ReadPort, TileReadPort
+from ringgpt.hw.core.vector import VectorUnit
 from ringgpt.hw.isa import Space
 
 READS = {"r_wide": 8, "r_odd": 3, "r_one": 1}
@@ -160,27 +161,29 @@ async def _fill(ctx, port, model, chunk: int) -> int:
 
 def _tile_case(port):
     """(chunk, banks, words, the tile port, requests, seed, the cycles the slowest request reaches at least) of the
-    tile port test: `port` is (lane words, aligned lanes) of a 4-lane port over 5 memories of 8-word chunks, its last
+    tile port test: `port` is (lane words, aligned lanes[, scalar lanes]) of a 4-lane port over 5 memories of 8-word chunks, its last
     lane 3 words wide (as a bias lane), or a u280 unit's port over its 17 memories of 64-word chunks (4 periods of
     them): the matrix unit's WBUF port ("u280-matrix_wbuf": 16 aligned weight lanes of 64 words and the bias lane of
-    16 words at any address) or the vector unit's ABUF port ("u280-vector_abuf": 3 lanes of 64 words at any
-    address). The small port's slowest request has all 4 lanes in one memory; the u280 ports reach 3 cycles (the
+    16 words at any address) or the vector unit's ABUF port ("u280-vector_abuf": 3 lanes of 64 words stepped by 16,
+    single at any word). The small port's slowest request has all 4 lanes in one memory; the u280 ports reach 3 cycles (the
     matrix port's 17 lanes a period apart would run past the buffer, so its stride becomes one chunk)."""
     if isinstance(port, tuple):
-        lane_words, aligned = port
-        return 8, 5, 512, TileReadPort(4, lane_words, (lane_words,) * 3 + (3,), aligned), 300, 7, 4
+        lane_words, aligned, *scalars = port
+        return (8, 5, 512, TileReadPort(4, lane_words, (lane_words,) * 3 + (3,), aligned, *scalars), 300, 7,
+                4 if not scalars else 3)
     cfg, chunk, banks = _u280_geometry()
     if port == "u280-matrix_wbuf":
         tile = TileReadPort(cfg.mpu_lanes + 1, chunk, (chunk,) * cfg.mpu_lanes + (cfg.mpu_lanes,),
                             aligned=(True,) * cfg.mpu_lanes + (False,))
     else:
-        tile = TileReadPort(3, chunk)
+        tile = VectorUnit(cfg).buffer_ports["abuf_src"][1]
     return chunk, banks, 4 * banks * chunk, tile, 120, 29, 3
 
 
 @pytest.mark.parametrize("port", [pytest.param((8, (False,) * 4), id="8-unaligned"),
                                   pytest.param((8, (True, True, False, False)), id="8-two_aligned"),
                                   pytest.param((4, (True, True, True, False)), id="4-three_aligned"),
+                                  pytest.param((8, (2, 2, 2, False), (False, True, True, False)), id="8-stepped"),
                                   "u280-matrix_wbuf", "u280-vector_abuf"])
 def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
     """A TileReadPort (`_tile_case`): 4 lanes of 8 or 4 words over 5 memories of 8-word chunks, 300 requests; and
@@ -188,7 +191,9 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
     addresses a stride apart (0, one chunk, a multiple of the memories' chunks: all in one memory, unaligned; a
     stride that would run past the buffer becomes one chunk) or at random, random lane enables and `single` lanes
     (one word wanted, on any lane), the small and matrix ports' last lane narrower (a bias lane); `aligned` lanes'
-    addresses rounded down to a multiple of their words (a 4-word aligned lane is either half of its chunk); the
+    addresses rounded down to a multiple of their step (a 4-word aligned lane is either half of its chunk; a lane
+    stepped by 2 words, as the vector unit's by special_lanes, wants the words from there to its chunk's end, or,
+    single on a scalar lane, one word anywhere); the
     request is held until `ready`, the cycles it took equal tile_read_cycles (a single lane reading 1 word), and
     every enabled lane's wanted words arrive the cycle after and stay while the addresses are held with no lane
     enabled; a lane that keeps its last address and `single`, not enabled, gives its words again (read by neither
@@ -196,7 +201,7 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
     `single` ignored, `ready` raised early, or an aligned lane given the wrong half of its row (each was checked by
     breaking it, at 8-word chunks)."""
     chunk, banks, words, tile, requests, seed, slowest = _tile_case(port)
-    lanes, widths, aligned = tile.lanes, np.array(tile.widths), np.array(tile.aligned)
+    lanes, widths, steps, scalars = tile.lanes, np.array(tile.widths), np.array(tile.aligned), np.array(tile.scalars)
     buf = BankedBuffer(words, chunk=chunk, banks=banks, reads={}, writes={"fill": chunk}, tiles={"tile": tile})
     rng = np.random.default_rng(seed)
     model = rng.integers(0, 1 << 16, words)
@@ -212,8 +217,10 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
                 stride = chunk
             base = int(rng.integers(0, words - chunk - (lanes - 1) * stride))
             starts = base + stride * np.arange(lanes)
-        starts = np.where(aligned, starts // tile.words * tile.words, starts)
-        return starts, rng.random(lanes) < 0.85, rng.random(lanes) < 0.25
+        single = rng.random(lanes) < 0.25
+        step = np.maximum(steps, 1)
+        starts = np.where((steps > 0) & ~(single & scalars), starts // step * step, starts)
+        return starts, rng.random(lanes) < 0.85, single
 
     async def testbench(ctx):
         await _fill(ctx, buf.fill, model, chunk)
@@ -236,7 +243,9 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
             ctx.set(buf.tile.en, 0)
             for _ in range(int(rng.integers(3))):     # the data stay while the addresses are held
                 await ctx.tick()
-            expected_cycles = int(tile_read_cycles(starts, enabled, np.where(single, 1, widths), chunk, banks))
+            # an aligned lane's words end with its one chunk
+            wanted = np.where(single, 1, np.where(steps > 0, np.minimum(widths, chunk - starts % chunk), widths))
+            expected_cycles = int(tile_read_cycles(starts, enabled, wanted, chunk, banks))
             counted.append(cycles)
             if cycles != expected_cycles:
                 wrong.append(("cycles", list(starts), list(enabled), cycles, expected_cycles))
@@ -244,9 +253,8 @@ def test_tile_port_reads_every_lane_in_the_counted_cycles(port):
             last = (starts, enabled, single, enabled | kept)
             for lane in range(lanes):
                 if enabled[lane] or kept[lane]:
-                    wanted = 1 if single[lane] else widths[lane]
-                    got = [int(v) for v in data[lane]][:wanted]
-                    if got != [int(v) for v in model[starts[lane]:starts[lane] + wanted]]:
+                    got = [int(v) for v in data[lane]][:wanted[lane]]
+                    if got != [int(v) for v in model[starts[lane]:starts[lane] + wanted[lane]]]:
                         wrong.append(("data", list(starts), lane, got))
 
     _simulate(buf, testbench)

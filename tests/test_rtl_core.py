@@ -94,15 +94,15 @@ def _hazard_program(config) -> list:
     return [
         make(Opcode.NOP),
         make(Opcode.LOAD, dst=a(0), src1=h(0), n=Dim(0, 64), **row),                        # RAW DMA -> vector
-        make(Opcode.VADD, dst=a(100), src1=a(0), src2=a(0), n=Dim(0, 64), **row),
+        make(Opcode.VADD, dst=a(104), src1=a(0), src2=a(0), n=Dim(0, 64), **row),
         make(Opcode.LOAD, dst=w(0), src1=h(64), rows=Dim(0, 8), n=Dim(0, 64), src1_stride=64, dst_stride=64),
-        make(Opcode.VMUL, dst=a(200), src1=a(100), src2=Operand(Space.IMM, 0, 0x3800), n=Dim(0, 64), **row),
+        make(Opcode.VMUL, dst=a(200), src1=a(104), src2=Operand(Space.IMM, 0, 0x3800), n=Dim(0, 64), **row),
         make(Opcode.MATMUL, dst=a(400), src1=a(200), src2=w(0), n=Dim(0, 8), k=Dim(0, 64), **row,
              src2_stride=64),                                                                 # RAW vector, DMA -> matrix
         make(Opcode.LOAD, dst=a(200), src1=h(1024), n=Dim(0, 64), **row),                   # WAR matrix -> DMA
         make(Opcode.VADD, dst=a(300), src1=a(400), src2=a(200), n=Dim(0, 8), **row),       # RAW matrix, DMA -> vector
         make(Opcode.LOAD, dst=a(300), src1=h(2052), n=Dim(0, 4), **row),                    # WAW vector -> DMA
-        make(Opcode.STORE, dst=h(3000), src1=a(100), n=Dim(0, 64), **row),                  # RAW through HBM
+        make(Opcode.STORE, dst=h(3000), src1=a(104), n=Dim(0, 64), **row),                  # RAW through HBM
         make(Opcode.LOAD, dst=a(504), src1=h(3000), n=Dim(0, 64), **row),
         make(Opcode.STORE, dst=host(1024), src1=a(504), n=Dim(0, 32), **row),               # RAW through HOST
         make(Opcode.LOAD, dst=a(600), src1=host(1024), n=Dim(0, 32), **row),

@@ -154,8 +154,8 @@ def test_plans_read_memory_as_it_is_at_each_run():
     program = """
         LOAD dst=ABUF[0] src1=HOST[0] rows=1 n=16
         LOAD dst=WBUF[0] src1=HBM[0] rows=1 n=64
-        MATMUL dst=ABUF[100] src1=ABUF[0] src2=WBUF[0] rows=1 n=4 k=16 src2_stride=16
-        VMUL dst=ABUF[200] src1=ABUF[0] src2=ABUF[100] rows=1 n=4 src2_stride=4
+        MATMUL dst=ABUF[104] src1=ABUF[0] src2=WBUF[0] rows=1 n=4 k=16 src2_stride=16
+        VMUL dst=ABUF[200] src1=ABUF[0] src2=ABUF[104] rows=1 n=4 src2_stride=4
         VSUM dst=ABUF[300] src1=ABUF[0] rows=1 n=16
         STORE dst=HOST[64] src1=ABUF[200] rows=1 n=4
         HALT"""
@@ -168,7 +168,7 @@ def test_plans_read_memory_as_it_is_at_each_run():
             device.cards[0].mem[Space.WBUF][0:64] = 0
         device.run(0, 1)
         products = nm.matmul(host[None, :], hbm.reshape(4, 16).T, CFG.mac_width)
-        assert np.array_equal(bits(block(device, Space.ABUF, 100, 1, 4, 4)), bits(products))
+        assert np.array_equal(bits(block(device, Space.ABUF, 104, 1, 4, 4)), bits(products))
         assert np.array_equal(bits(device.read_host(0, 64, 4)), bits(nm.vmul(host[:4], products[0])))
         assert bits(block(device, Space.ABUF, 300, 1, 1, 1))[0, 0] == bits(nm.reduce_sum(host, CFG.vector_width))
     assert sum(step[1] is not None and step[1] is not False for step in device.cards[0].plans.values()) >= 4

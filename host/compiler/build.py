@@ -10,10 +10,10 @@ import numpy as np
 from ringgpt.host.compiler.asm import Asm, abuf, hbm, host, imm, reg, wbuf
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.host.compiler.layout import (LOGIT_CHUNK, STAT_WORDS, AbufPlan, KVArea, Piece, Stat, align_up, card_hbm,
-                                          chunk_count, embedding_row, gathered_pieces, kv_cache_words, layer_stream,
+                                          activation_row, chunk_count, gathered_pieces, kv_cache_words, layer_stream,
                                           layer_widths, lm_head_align, lm_head_words, ln_block, pack_slice,
                                           plan_buffers,
-                                          region_align, stream_align, weight_stride)
+                                          region_align, score_row, stream_align, weight_stride)
 from ringgpt.host.compiler.model import LayerWeights, ModelDims, fp16, has_weights, lm_head_int8, lm_head_tied
 from ringgpt.host.compiler.partition import Partition, model_partition, split
 from ringgpt.host.compiler.verify import CardPlan, verification_cases, verify_programs
@@ -36,9 +36,9 @@ TOKENS = 3
 POS_KV = 4
 """R4 = pos * key_width (local_heads * key_words): the first new row of the layer's K cache."""
 POS_D = 5
-"""R5 = pos * embedding_row: the first position-embedding row."""
+"""R5 = pos * activation_row: the first position-embedding row."""
 LAST_ROW = 6
-"""R6 = (rows - 1) * n_embd: the last token's row of the residual stream."""
+"""R6 = (rows - 1) * activation_row: the last token's row of the residual stream."""
 FIRST_FREE_REG = 7
 """R7 and up: pos * width for each head-group width (the first new row of a KV area's K)."""
 
@@ -109,8 +109,9 @@ class CardBuilder:
         ctx, dims, tmax = self.ctx, self.ctx.dims, self.ctx.max_context
         config, d = ctx.config, dims.n_embd
         self.d_stride = weight_stride(d, config.weight_align)        # wte's rows: the tied LM head's columns
-        self.pos_stride = embedding_row(d, config.beat_words)         # wpe's rows
-        self.ln_block = ln_block(d, region_align(config))            # a layer's LayerNorm parameters
+        self.row = activation_row(d, config)                         # X, H, T's rows, wpe's, LayerNorm vectors
+        self.score_row = score_row(tmax, config)                     # a head's scores
+        self.ln_block = ln_block(d, config)                          # a layer's LayerNorm parameters
         stream = layer_stream(config, layer_widths(dims, ctx.partition, self.card), ctx.slot_words,
                               {index: spans[self.card] for index, spans in ctx.gathered_pieces.items()}, ctx.int8)
         self.stream_words = stream.words(dims.n_layer)
@@ -130,13 +131,14 @@ class CardBuilder:
 
     def new_segments(self) -> None:
         """Allocates the card's HBM contents (filled by fill_layer and segments)."""
-        dims, d = self.ctx.dims, self.ctx.dims.n_embd
-        self.ln_data = np.zeros(dims.n_layer * self.ln_block + 2 * d, np.float16)
+        dims = self.ctx.dims
+        self.ln_data = np.zeros(dims.n_layer * self.ln_block + 2 * self.row, np.float16)
         self.stream_data = np.zeros(self.stream_words, np.float16)
 
     def fill_layer(self, layer: int, w: LayerWeights) -> None:
-        at = layer * self.ln_block
-        self.ln_data[at:at + 4 * self.ctx.dims.n_embd] = np.concatenate([*w.ln1, *w.ln2])
+        at, d = layer * self.ln_block, self.ctx.dims.n_embd
+        for index, vector in enumerate([*w.ln1, *w.ln2]):            # gamma, beta of ln_1, then of ln_2
+            self.ln_data[at + index * self.row:][:d] = vector
         tensors = (w.qkv, w.proj, w.fc, w.fc2)
         for piece in self.pieces:
             piece_layer, index, col = piece.origin
@@ -158,9 +160,11 @@ class CardBuilder:
     def segments(self, wte: np.ndarray, wpe: np.ndarray, ln_f: np.ndarray, lm_head) -> list:
         """(word address, FP16 array) pairs: the card's HBM contents at load (`lm_head`: None when tied to wte, else
         its FP16 (vocab, n_embd) weights or INT8's (q, scale) of its columns)."""
-        self.ln_data[self.ctx.dims.n_layer * self.ln_block:] = ln_f
+        at, d = self.ctx.dims.n_layer * self.ln_block, self.ctx.dims.n_embd
+        for index, vector in enumerate(ln_f.reshape(2, d)):          # gamma, beta
+            self.ln_data[at + index * self.row:][:d] = vector
         segments = [(self.wte, self._rows(wte, self.d_stride)),
-                    (self.wpe, self._rows(wpe[:self.ctx.max_context], self.pos_stride)),
+                    (self.wpe, self._rows(wpe[:self.ctx.max_context], self.row)),
                     (self.ln, self.ln_data), (self.stream_start, self.stream_data)]
         if lm_head is not None:
             head = lm_head if self.ctx.int8 else lm_head.T
@@ -184,21 +188,19 @@ class CardBuilder:
         self.probes = []
         self.stream = WeightStream(a, self.pieces, ctx.slot_words, ctx.slots)
         self._registers()
-        # Embedding: token rows gathered by id, plus the position rows from pos on; both at a stride of whole HBM
-        # beats (embedding_row), so staged in BIG (free until attention) where that is not n_embd.
-        dp = self.pos_stride
-        tokens, positions = (plan["X"], plan["T"]) if dp == d else (plan["BIG"], plan["BIG"] + plan.max_rows * dp)
-        a(Opcode.GATHER, dst=abuf(tokens), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
-          dst_stride=dp, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
-        a(Opcode.LOAD, dst=abuf(positions), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=dp,
-          src1_stride=dp, writes="position rows", reads="wpe")
+        # Embedding: token rows gathered by id into X, plus the position rows from pos on into T, both a row apart
+        # (activation_row: whole HBM beats).
+        r = self.row
+        a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
+          dst_stride=r, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
+        a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=r,
+          src1_stride=r, writes="position rows", reads="wpe")
         self._load_ln_params(0)
-        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * self.ln_block), rows=1, n=2 * d,
+        a(Opcode.LOAD, dst=abuf(plan["LNFP"]), src1=hbm(self.ln + dims.n_layer * self.ln_block), rows=1, n=2 * r,
           writes="ln_f params", reads="layernorm")
         self.stream.fill()
-        a(Opcode.VADD, dst=abuf(plan["X"]), src1=abuf(tokens), src2=abuf(positions), rows=reg(ROWS), n=d,
-          dst_stride=d, src1_stride=dp, src2_stride=dp, writes="embed", reads=("token rows", "position rows"))
-        self._probe("embed", plan["X"], d)
+        self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, "embed", ("token rows", "position rows"))
+        self._probe("embed", plan["X"], d, stride=r)
         self.area_counter = 0
         residual = "embed"
         for layer in range(dims.n_layer):
@@ -214,7 +216,7 @@ class CardBuilder:
                 kv_last = max(i for i, p in enumerate(self.pieces)
                               if p.origin[:2] == (layer, 0) and p.origin[2] < 2 * self.kv_width)
                 self.stream.hold = kv_last + 2
-            self._linear((layer, 0), plan["H"], L + "ln1", d, plan["QKV"], L + "qkv", 3 * self.kv_width)
+            self._linear((layer, 0), plan["H"], L + "ln1", r, plan["QKV"], L + "qkv", 3 * self.kv_width)
             if self.local_heads:
                 self._probe(L + "qkv", plan["QKV"], 3 * self.kv_width, segments=self._qkv_segments())
                 self._append_kv(layer)
@@ -223,22 +225,22 @@ class CardBuilder:
             self._probe(L + "attn", plan["BIG"], d)
             # Per-piece all-gathers stage a card's later pieces where nothing live is: in H (a LayerNorm output)
             # once its last reader, the QKV or the first MLP layer's MATMUL, is issued; in T after LayerNorm 2.
-            self._gathered_linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"], L + "proj", d, self.e0,
+            self._gathered_linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"], L + "proj", r, self.e0,
                                   plan["H"])
-            self._probe(L + "proj", plan["T"], d)
+            self._probe(L + "proj", plan["T"], d, stride=r)
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, L + "res1", (residual, L + "proj"))
-            self._probe(L + "res1", plan["X"], d)
-            self._layernorm(plan["X"], 0, L + "res1", plan["H"], L + "ln2", reg(ROWS), lnp + 2 * d,
+            self._probe(L + "res1", plan["X"], d, stride=r)
+            self._layernorm(plan["X"], 0, L + "res1", plan["H"], L + "ln2", reg(ROWS), lnp + 2 * r,
                             L + "ln params", plan["S"])
-            self._gathered_linear((layer, 2), plan["H"], L + "ln2", d, plan["BIG"], L + "fc", n_inner, self.f0,
+            self._gathered_linear((layer, 2), plan["H"], L + "ln2", r, plan["BIG"], L + "fc", n_inner, self.f0,
                                   plan["T"], gelu=True)
             self._probe(L + "fc", plan["BIG"], n_inner)
-            self._gathered_linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"], L + "fc2", d, self.e0,
+            self._gathered_linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"], L + "fc2", r, self.e0,
                                   plan["H"])
-            self._probe(L + "fc2", plan["T"], d)
+            self._probe(L + "fc2", plan["T"], d, stride=r)
             residual = L + "res2"
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, residual, (L + "res1", L + "fc2"))
-            self._probe(residual, plan["X"], d)
+            self._probe(residual, plan["X"], d, stride=r)
         # The last token only: final LayerNorm, this card's slice of the LM head, logits to the host.
         self._layernorm(plan["X"], LAST_ROW, residual, plan["LNF"], "ln_f", 1, plan["LNFP"], "ln_f params",
                         plan["SF"])
@@ -270,13 +272,15 @@ class CardBuilder:
         a(Opcode.STORE, dst=host(self.chunk_max_offset), src1=abuf(maxima), rows=1, n=full + bool(tail),
           writes="chunk maxima", reads="chunk maxima")
 
-    def _probe(self, name: str, addr: int, width: int, rows: str = "run", segments: list | None = None) -> None:
+    def _probe(self, name: str, addr: int, width: int, rows: str = "run", segments: list | None = None,
+               stride: int | None = None) -> None:
         """Records where value `name` can be observed: after the last instruction that writes it (so far),
-        the run's rows ("run") or its last token ("last") at ABUF `addr`, `width` words a row; `segments`
-        map ABUF columns to reference columns: [ref_start, ref_stop, column offset, scale]."""
+        the run's rows ("run") or its last token ("last") at ABUF `addr`, `width` words a row, `stride` (default
+        `width`) from one row to the next; `segments` map ABUF columns to reference columns: [ref_start, ref_stop,
+        column offset, scale]."""
         pc = max((i for i, f in enumerate(self.asm.flow) if name in f.writes), default=None)
         if pc is not None:
-            self.probes.append({"name": name, "pc": pc, "addr": addr, "rows": rows, "stride": width,
+            self.probes.append({"name": name, "pc": pc, "addr": addr, "rows": rows, "stride": stride or width,
                                 "width": width, "segments": segments or [[0, width, 0, 1.0]]})
 
     def _qkv_segments(self) -> list:
@@ -286,12 +290,12 @@ class CardBuilder:
         return [[d + lo, d + hi, 0, 1.0], [2 * d + lo, 2 * d + hi, w, 1.0], [lo, hi, 2 * w, self.ctx.dims.q_scale]]
 
     def _registers(self) -> None:
-        a, dims = self.asm, self.ctx.dims
+        a = self.asm
         a(Opcode.ADD, rd=TOKENS, rs=POS, rt=ROWS)
         a(Opcode.MULI, rd=POS_KV, rs=POS, imm=self.key_width)
-        a(Opcode.MULI, rd=POS_D, rs=POS, imm=self.pos_stride)
-        a(Opcode.MULI, rd=LAST_ROW, rs=ROWS, imm=dims.n_embd)
-        a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-dims.n_embd)
+        a(Opcode.MULI, rd=POS_D, rs=POS, imm=self.row)
+        a(Opcode.MULI, rd=LAST_ROW, rs=ROWS, imm=self.row)
+        a(Opcode.ADDI, rd=LAST_ROW, rs=LAST_ROW, imm=-self.row)
         self.width_reg = {}
         for start, stop in self.groups:
             width = self.kv_area.key_row(stop - start)
@@ -304,38 +308,39 @@ class CardBuilder:
     def _load_ln_params(self, layer: int) -> None:
         block = self.ln_block
         self.asm(Opcode.LOAD, dst=abuf(self.plan["LNP"] + (layer % 2) * block), src1=hbm(self.ln + layer * block),
-                 rows=1, n=4 * self.ctx.dims.n_embd, writes=f"L{layer}.ln params", reads="layernorm")
+                 rows=1, n=4 * self.row, writes=f"L{layer}.ln params", reads="layernorm")
 
     def _vector(self, opcode: Opcode, dst: int, src1: int, src2: int, width: int, writes: str, reads: tuple) -> None:
-        """dst = src1 (op) src2 over rows x width, all with row stride width."""
+        """dst = src1 (op) src2 over rows x width, all with row stride activation_row."""
         self.asm(opcode, dst=abuf(dst), src1=abuf(src1), src2=abuf(src2), rows=reg(ROWS), n=width,
-                 dst_stride=width, src1_stride=width, src2_stride=width, writes=writes, reads=reads)
+                 dst_stride=self.row, src1_stride=self.row, src2_stride=self.row, writes=writes, reads=reads)
 
     def _layernorm(self, src: int, src_reg: int, src_name: str, dst: int, name: str, rows, params: int,
                    params_name: str, stats: int) -> None:
-        """dst (value `name`) = LayerNorm(src) with gamma, beta at params, params + D; plan["T"] is scratch."""
-        a, d, sw = self.asm, self.ctx.dims.n_embd, STAT_WORDS
+        """dst (value `name`) = LayerNorm(src) with gamma, beta at params, params + activation_row; plan["T"] is
+        scratch; every row activation_row words from the last."""
+        a, d, r, sw = self.asm, self.ctx.dims.n_embd, self.row, STAT_WORDS
         scratch, eps = self.plan["T"], self.ctx.dims.layer_norm_epsilon
         mean, var, rstd = abuf(stats + Stat.MEAN), abuf(stats + Stat.VAR), abuf(stats + Stat.RSTD)
         centred, var_name, rstd_name = f"{name} centred", f"{name} var", f"{name} rstd"
         row_scalar = {"src2_row_scalar": 1}
         a(Opcode.VDOT, dst=mean, src1=abuf(src, src_reg), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=sw,
-          src1_stride=d, writes=f"{name} mean", reads=src_name)
-        a(Opcode.VSUB, dst=abuf(dst), src1=abuf(src, src_reg), src2=mean, rows=rows, n=d, dst_stride=d,
-          src1_stride=d, src2_stride=sw, flags=row_scalar, writes=centred, reads=(src_name, f"{name} mean"))
-        a(Opcode.VMUL, dst=abuf(scratch), src1=abuf(dst), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=d,
-          src1_stride=d, writes=f"{name} centred/D", reads=centred)
-        a(Opcode.VDOT, dst=var, src1=abuf(scratch), src2=abuf(dst), rows=rows, n=d, dst_stride=sw, src1_stride=d,
-          src2_stride=d, writes=var_name, reads=(f"{name} centred/D", centred))
+          src1_stride=r, writes=f"{name} mean", reads=src_name)
+        a(Opcode.VSUB, dst=abuf(dst), src1=abuf(src, src_reg), src2=mean, rows=rows, n=d, dst_stride=r,
+          src1_stride=r, src2_stride=sw, flags=row_scalar, writes=centred, reads=(src_name, f"{name} mean"))
+        a(Opcode.VMUL, dst=abuf(scratch), src1=abuf(dst), src2=imm(1.0 / d), rows=rows, n=d, dst_stride=r,
+          src1_stride=r, writes=f"{name} centred/D", reads=centred)
+        a(Opcode.VDOT, dst=var, src1=abuf(scratch), src2=abuf(dst), rows=rows, n=d, dst_stride=sw, src1_stride=r,
+          src2_stride=r, writes=var_name, reads=(f"{name} centred/D", centred))
         a(Opcode.VADD, dst=var, src1=var, src2=imm(eps), rows=rows, n=1, dst_stride=sw, src1_stride=sw,
           writes=var_name, reads=var_name)
         a(Opcode.VRSQRT, dst=rstd, src1=var, rows=rows, n=1, dst_stride=sw, src1_stride=sw, writes=rstd_name,
           reads=var_name)
-        a(Opcode.VMUL, dst=abuf(dst), src1=abuf(dst), src2=rstd, rows=rows, n=d, dst_stride=d, src1_stride=d,
+        a(Opcode.VMUL, dst=abuf(dst), src1=abuf(dst), src2=rstd, rows=rows, n=d, dst_stride=r, src1_stride=r,
           src2_stride=sw, flags=row_scalar, writes=f"{name} normalised", reads=(centred, rstd_name))
-        a(Opcode.VSCALE_SHIFT, dst=abuf(dst), src1=abuf(dst), src2=abuf(params), aux=abuf(params + d), rows=rows,
-          n=d, dst_stride=d, src1_stride=d, writes=name, reads=(f"{name} normalised", params_name, params_name))
-        self._probe(name, dst, d, rows="run" if src_reg == 0 else "last")
+        a(Opcode.VSCALE_SHIFT, dst=abuf(dst), src1=abuf(dst), src2=abuf(params), aux=abuf(params + r), rows=rows,
+          n=d, dst_stride=r, src1_stride=r, writes=name, reads=(f"{name} normalised", params_name, params_name))
+        self._probe(name, dst, d, rows="run" if src_reg == 0 else "last", stride=r)
 
     def _next_piece_of(self, origin: tuple) -> bool:
         return self.stream.used < len(self.pieces) and self.pieces[self.stream.used].origin[:2] == origin
@@ -508,7 +513,7 @@ class CardBuilder:
 
     def _scores(self, layer: int, h: int, keys: int, key_stride: int, key_name: str) -> int:
         """MASKED_QK of local head h (keys: column j at keys + j * key_stride); returns the score area."""
-        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
+        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.score_row
         which = h % plan.score_areas
         scores = plan["SCORES"] + which * tmax * plan.max_rows
         score_name, max_name, _ = self._head_names(layer, h)
@@ -519,7 +524,7 @@ class CardBuilder:
         return scores
 
     def _softmax(self, layer: int, h: int, scores: int) -> None:
-        a, plan, tmax, sw = self.asm, self.plan, self.ctx.max_context, STAT_WORDS
+        a, plan, tmax, sw = self.asm, self.plan, self.score_row, STAT_WORDS
         which = h % plan.score_areas
         rowmax, rowsum = abuf(plan["S"] + Stat.ROWMAX[which]), abuf(plan["S"] + Stat.ROWSUM[which])
         rows, tokens, row_scalar = reg(ROWS), reg(TOKENS), {"src2_row_scalar": 1}
@@ -536,7 +541,7 @@ class CardBuilder:
           src1_stride=tmax, src2_stride=sw, flags=row_scalar, writes=p, reads=(p, total))
 
     def _weighted_values(self, layer: int, h: int, scores: int, values_t: int, value_name: str) -> None:
-        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.ctx.max_context
+        plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.score_row
         self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=wbuf(values_t),
                  rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
                  src2_stride=self.kv_area.value_row, writes=f"L{layer}.attn",

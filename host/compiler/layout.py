@@ -63,17 +63,26 @@ def lm_head_align(config) -> int:
     return math.lcm(config.buffer_chunk_words, config.mpu_lanes)
 
 
-def embedding_row(d: int, beat: int) -> int:
-    """Words from one position-embedding row to the next in HBM (wpe), and from one staged token or position row to
-    the next in BIG: n_embd rounded up to the HBM beat (misaligned_transfer). Where that is not n_embd, the
-    embedding's GATHER and LOAD write BIG at this stride and its VADD adds them into X at stride n_embd."""
-    return align_up(d, beat)
+def activation_row(d: int, config) -> int:
+    """Words from one row of n_embd activations to the next where the vector unit reads them (the residual stream X,
+    the LayerNorm output H, the scratch T) and from one LayerNorm parameter vector to the next; also from one
+    position-embedding row to the next in HBM (wpe): n_embd rounded up to vector_align and the HBM beat, so that
+    every such row starts on the vector unit's boundaries (hw/resolved.misaligned_vector) and the embedding's
+    GATHER and LOAD write X and T directly (misaligned_transfer). n_embd itself at GPT-2's sizes."""
+    return align_up(d, math.lcm(config.vector_align, config.beat_words))
 
 
-def ln_block(d: int, align: int) -> int:
-    """Words from one layer's LayerNorm parameters (ln_1 gamma, beta, ln_2 gamma, beta: 4 n_embd) to the next, in
-    HBM and in the activation buffer: rounded up to `align` (region_align), so every layer's block starts on one."""
-    return align_up(4 * d, align)
+def score_row(max_context: int, config) -> int:
+    """Words from one row of a head's attention scores to the next: max_context rounded up to vector_align (the
+    softmax's rows, hw/resolved.misaligned_vector)."""
+    return align_up(max_context, config.vector_align)
+
+
+def ln_block(d: int, config) -> int:
+    """Words from one layer's LayerNorm parameters (ln_1 gamma, beta, ln_2 gamma, beta: 4 vectors of n_embd, each
+    activation_row from the last) to the next, in HBM and in the activation buffer: rounded up to region_align, so
+    every layer's block starts on one."""
+    return align_up(4 * activation_row(d, config), region_align(config))
 
 
 def weight_stride(k: int, align: int) -> int:
@@ -243,14 +252,15 @@ class HbmMap:
 class AbufPlan:
     """Activation-buffer regions of one card (word addresses) for runs of up to max_rows tokens.
 
-    Per-row regions (row stride in brackets): X residual stream [D], H LayerNorm output [D], T scratch and
-    projection outputs [D] (sized for max(D, CardShape.staged_fc)), S statistics [STAT_WORDS], and BIG, reused
-    over a layer: first the gathered attention output [D] at BIG, the local Q|K|V [3 Hl hd] at QKV and the
-    score areas [max_context] at SCORES; later the gathered MLP hidden layer [n_inner] over all of it (and, where
-    n_embd is not a multiple of the HBM beat, the embedding's staged token and position rows: embedding_row).
-    Fixed regions: LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm
-    output and the logits. Every region but QKV and SCORES (which no transfer from HBM writes) starts on
-    region_align. The card's KV areas are in WBUF (KVPlan): `kv_areas` areas of `kv_group` heads from `kv_start`.
+    Per-row regions (row stride in brackets; R = activation_row, n_embd at GPT-2's sizes): X residual stream [R],
+    H LayerNorm output [R], T scratch and projection outputs [R] (sized for max(R, CardShape.staged_fc)),
+    S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered attention output [D] at BIG, the
+    local Q|K|V [3 Hl hd] at QKV (R words a row after BIG) and the score areas [score_row] at SCORES (QKV's width
+    on vector_align after QKV); later the gathered MLP hidden layer [n_inner] over all of it. Fixed regions:
+    LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm's (gamma, beta R
+    words apart) and output, and the logits. Every region but QKV and SCORES (which no transfer from HBM writes)
+    starts on region_align, SCORES on vector_align. The card's KV areas are in WBUF (KVPlan): `kv_areas` areas of
+    `kv_group` heads from `kv_start`.
     """
     max_rows: int
     kv_group: int
@@ -321,17 +331,22 @@ def card_shapes(part, n_embd: int, config, slot_words: int, int8: bool = False) 
     return [CardShape(h1 - h0, v1 - v0, fc) for (h0, h1), (v0, v1), fc in zip(part.heads, part.vocab, staged)]
 
 
-def _per_row(d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int, staged_fc: int,
-             beat: int) -> dict:
-    row = embedding_row(d, beat)
-    staged_embd = 2 * row if row != d else 0  # the embedding's token and position rows, staged
-    return {"X": d, "H": d, "T": max(d, staged_fc), "S": STAT_WORDS,
-            "BIG": max(n_inner, d + qkv_width + score_areas * max_context, staged_embd)}
+def _per_row(config, d: int, n_inner: int, qkv_width: int, max_context: int, score_areas: int,
+             staged_fc: int) -> dict:
+    row = activation_row(d, config)
+    return {"X": row, "H": row, "T": max(row, staged_fc), "S": STAT_WORDS,
+            "BIG": max(n_inner, row + _qkv_row(qkv_width, config) + score_areas * score_row(max_context, config))}
 
 
-def _fixed(d: int, card: CardShape, align: int) -> dict:
-    return {"LNP": 2 * ln_block(d, align), "LNFP": 2 * d, "LNF": d, "SF": STAT_WORDS, "LOGITS": card.vocab_slice,
-            "CHUNK_MAX": chunk_count(card.vocab_slice)}
+def _qkv_row(qkv_width: int, config) -> int:
+    """BIG's words a row for the QKV block: its width rounded up to vector_align, so the score areas after it start
+    on the vector unit's boundaries."""
+    return align_up(qkv_width, config.vector_align)
+
+
+def _fixed(config, d: int, card: CardShape) -> dict:
+    return {"LNP": 2 * ln_block(d, config), "LNFP": 2 * activation_row(d, config), "LNF": d, "SF": STAT_WORDS,
+            "LOGITS": card.vocab_slice, "CHUNK_MAX": chunk_count(card.vocab_slice)}
 
 
 def _place(sizes: dict, top: int, align: int) -> tuple[dict, int]:
@@ -349,9 +364,9 @@ def _plan_parts(config, d: int, n_inner: int, head_dim: int, card: CardShape, ma
                 score_areas: int) -> tuple[dict, int, dict]:
     """The fixed regions, the first word after them and the per-row regions' words a row."""
     qkv_width = 3 * card.local_heads * head_dim
-    per_row = _per_row(d, n_inner, qkv_width, max_context, score_areas, card.staged_fc, config.beat_words)
+    per_row = _per_row(config, d, n_inner, qkv_width, max_context, score_areas, card.staged_fc)
     align = region_align(config)
-    return (*_place(_fixed(d, card, align), 0, align), per_row)
+    return (*_place(_fixed(config, d, card), 0, align), per_row)
 
 
 def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_context: int, kv: KVPlan,
@@ -376,8 +391,9 @@ def plan_abuf(config, d: int, n_inner: int, head_dim: int, card: CardShape, max_
         return None
     regions.update(placed)
     qkv_width = 3 * card.local_heads * head_dim
-    regions["QKV"] = (regions["BIG"][0] + d * max_rows, qkv_width * max_rows)
-    regions["SCORES"] = (regions["QKV"][0] + qkv_width * max_rows, score_areas * max_context * max_rows)
+    regions["QKV"] = (regions["BIG"][0] + activation_row(d, config) * max_rows, qkv_width * max_rows)
+    regions["SCORES"] = (regions["QKV"][0] + _qkv_row(qkv_width, config) * max_rows,
+                         score_areas * score_row(max_context, config) * max_rows)
     return AbufPlan(max_rows, group_heads(card.local_heads, kv.group), kv.areas, kv.start, score_areas, regions)
 
 
@@ -572,8 +588,8 @@ def card_hbm(config, dims, card: int, max_context: int, stream_words: int, lm_he
     m = HbmMap(card, config.hbm_words, align)
     column = weight_stride(d, config.weight_align)
     m.alloc("wte", dims.vocab_size * column, "weights")
-    m.alloc("wpe", max_context * embedding_row(d, config.beat_words), "weights")
-    m.alloc("layernorm", dims.n_layer * ln_block(d, align) + 2 * d, "weights")
+    m.alloc("wpe", max_context * activation_row(d, config), "weights")
+    m.alloc("layernorm", dims.n_layer * ln_block(d, config) + 2 * activation_row(d, config), "weights")
     m.alloc("layer weights", stream_words, "weights", stream_align(config))
     if lm_head_words is not None:
         m.alloc("lm_head", lm_head_words, "weights", stream_align(config))

@@ -15,8 +15,9 @@ the card, the instruction and the region when:
 * a matrix, vector or DMA instruction's destination shares a word with one of its own sources other than
   exactly in place over src1 (the units stream; the RTL's precondition);
 * a LOAD or GATHER from HBM or the host puts words at other offsets within the HBM beat than they had
-  (hw/resolved.py's misaligned_transfer), or a MATMUL's or MASKED_QK's weights are off weight_align boundaries
-  (misaligned_weights): the RTL refuses both (ErrorCode.MISALIGNED).
+  (hw/resolved.py's misaligned_transfer), a MATMUL's or MASKED_QK's weights are off weight_align boundaries
+  (misaligned_weights), or a vector instruction's operands off vector_align (misaligned_vector): the RTL refuses
+  each (ErrorCode.MISALIGNED).
 
 The check follows program order, which is what the hardware computes: the scoreboard makes the
 overlapped units equal to it.
@@ -31,8 +32,8 @@ from numpy.lib.stride_tricks import as_strided
 from ringgpt.host.compiler.errors import CompileError
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import OPCODES, Space, Unit
-from ringgpt.hw.resolved import (Block, access_blocks, misaligned_transfer, misaligned_weights, resolve_run,
-                                 with_gather_slices)
+from ringgpt.hw.resolved import (Block, access_blocks, misaligned_transfer, misaligned_vector, misaligned_weights,
+                                 resolve_run, with_gather_slices)
 
 
 class PlanError(CompileError):
@@ -112,7 +113,8 @@ class _CardCheck:
         for pc, r in enumerate(resolved):
             if r is None:
                 continue
-            problem = misaligned_transfer(r, self.config.beat_words) or misaligned_weights(r, self.config.weight_align)
+            problem = (misaligned_transfer(r, self.config.beat_words) or misaligned_weights(r, self.config.weight_align)
+                       or misaligned_vector(r, self.config.vector_align))
             if problem:
                 self.fail(pc, problem)
             reads, writes = access_blocks(r)

@@ -440,7 +440,7 @@ class BankedBuffer(wiring.Component):
         """A TileReadPort's answer: a part is served when its memory was granted to the port and reads its row
         (which serves every pending part of that chunk); `ready` when none remains. A part's row is kept when it
         arrives, so the last cycle's rows complete the tile. A lane's words are shifted out of its two rows; an
-        aligned lane's are one of the row's chunk / words slots."""
+        aligned lane's out of its one row by whole steps, a scalar lane's `single` word picked from it."""
         port = getattr(self, name)
         C, lc, P = self.chunk, log2(self.chunk), self.banks
         parts, pending, served = request["parts"], request["pending"], request["served"]
@@ -462,13 +462,18 @@ class BankedBuffer(wiring.Component):
             m.d.sync += [bank_d.eq(bank), kept.eq(value)]
             m.d.comb += value.eq(Mux(now_d[p], select(bank_d, rows), kept))
             values.append(value)
-        lw = log2(tile.words)
         for lane, (offset, mine) in enumerate(zip(request["offsets"], request["lane_parts"])):
             offset_d = Signal(max(lc, 1), name=f"{name}_l{lane}_offset_d")
             m.d.sync += offset_d.eq(offset)
             if tile.aligned[lane]:
-                slots = [values[mine[0]][i * tile.words * WORD:(i + 1) * tile.words * WORD] for i in range(C >> lw)]
-                m.d.comb += port.data[lane].eq(select(offset_d[lw:], slots))
+                row, step, keep = values[mine[0]], tile.aligned[lane], tile.words * WORD
+                stepped = select(offset_d[log2(step):], [row[i * step * WORD:][:keep] for i in range(C // step)])
+                if tile.scalars[lane]:
+                    single_d = Signal(name=f"{name}_l{lane}_single_d")
+                    m.d.sync += single_d.eq(port.single[lane])
+                    word = select(offset_d, [row[i * WORD:(i + 1) * WORD] for i in range(C)])
+                    stepped = Mux(single_d, word, stepped)
+                m.d.comb += port.data[lane].eq(stepped)
             else:
                 m.d.comb += port.data[lane].eq(words_at(Cat(*(values[p] for p in mine)), offset_d, tile.words))
 

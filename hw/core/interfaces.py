@@ -122,28 +122,40 @@ class TileReadPort(wiring.Signature):
     the next one when its wanted words run past it. A bank serves one distinct chunk per cycle, so a request
     whose busiest bank holds c distinct chunks takes c cycles (`banks.tile_read_cycles`), more while the
     buffer's other readers hold its banks: `ready` is low until the last chunk is read, and the unit holds
-    `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high. An `aligned` lane's
-    addresses are multiples of `words` (a power of two; the unit guarantees it, the buffer ignores the low bits):
-    it reads one chunk, and needs no shift of its words, so it costs about a third of a lane at any address."""
+    `addr`, `en` and `single` until it is high. With no lane enabled `ready` is high.
 
-    def __init__(self, lanes: int, words: int, widths: tuple | None = None, aligned: tuple | None = None):
+    An *aligned* lane (`aligned[l]`: True for a step of `words`, or a step of that many words, a power of two) reads
+    the one chunk holding its address, which the unit keeps a multiple of the step (the buffer ignores the low
+    bits), its words wanted lying within that chunk: it needs no second row and shifts its words by whole steps
+    only (a `words`-word step: no shift), so it costs about a third of a lane at any address. Of the aligned lanes,
+    those in `scalars` may also be `single` at any word: its word arrives as data[l][0]."""
+
+    def __init__(self, lanes: int, words: int, widths: tuple | None = None, aligned: tuple | None = None,
+                 scalars: tuple | None = None):
         self.lanes, self.words = lanes, words
         self.widths = tuple(widths) if widths is not None else (words,) * lanes
-        self.aligned = tuple(bool(a) for a in aligned) if aligned is not None else (False,) * lanes
+        steps = tuple(aligned) if aligned is not None else (False,) * lanes
+        self.aligned = tuple(words if a is True else int(a) for a in steps)
+        """Each lane's step in words (0: a lane at any address)."""
+        self.scalars = tuple(bool(s) for s in scalars) if scalars is not None else (False,) * lanes
         if len(self.widths) != lanes or not all(1 <= w <= words for w in self.widths):
             raise ValueError(f"lane widths {self.widths}: need one of 1 to {words} words for each of {lanes} lanes")
-        if len(self.aligned) != lanes or (any(self.aligned) and words & (words - 1)):
-            raise ValueError(f"aligned lanes {self.aligned}: need one flag for each of {lanes} lanes, and a power of "
-                             f"two words, not {words}")
+        if len(self.aligned) != lanes or any(a and (a & (a - 1) or a > words) for a in self.aligned):
+            raise ValueError(f"aligned lanes {steps}: need one flag or step for each of {lanes} lanes, each step a "
+                             f"power of two of at most {words} words")
+        if len(self.scalars) != lanes or any(s and not a for s, a in zip(self.scalars, self.aligned)):
+            raise ValueError(f"scalar lanes {self.scalars}: need one flag for each of {lanes} lanes, set only on "
+                             "aligned lanes (any lane may be single)")
         super().__init__({"addr": Out(data.ArrayLayout(ADDRESS_BITS, lanes)), "en": Out(lanes), "single": Out(lanes),
                           "ready": In(1), "data": In(data.ArrayLayout(data.ArrayLayout(WORD, words), lanes))})
 
     def __eq__(self, other):
-        return type(other) is TileReadPort and (other.lanes, other.words, other.widths, other.aligned) == \
-            (self.lanes, self.words, self.widths, self.aligned)
+        return type(other) is TileReadPort and (other.lanes, other.words, other.widths, other.aligned,
+                                                other.scalars) == (self.lanes, self.words, self.widths, self.aligned,
+                                                                   self.scalars)
 
     def __repr__(self):
-        return f"TileReadPort({self.lanes}, {self.words}, {self.widths}, aligned={self.aligned})"
+        return f"TileReadPort({self.lanes}, {self.words}, {self.widths}, aligned={self.aligned}, scalars={self.scalars})"
 
 
 class SharedReadPort(wiring.Signature):

@@ -63,7 +63,9 @@ class VectorUnit(VectorTiming, wiring.Component):
     accumulator, FP16) for VSUM/VDOT, `latency["max"]` (read, max tree) for VMAX. Throughput: one
     chunk of vector_width elements per cycle (VSUM/VDOT: with rows >= loop_latency; a special function:
     special_lanes elements; see the module docstring). A chunk's ABUF operands (src1, and src2 and aux when
-    in ABUF; a row scalar's one word) are read through one TileReadPort (one read port per buffer memory);
+    in ABUF, each on vector_align boundaries, else the unit refuses the word with MISALIGNED; one word a row, a row
+    scalar's or n = 1, anywhere) are read through one TileReadPort, one memory row each (one read port per buffer
+    memory);
     when they need c > 1 cycles (two of their chunks in one memory: banks.tile_read_cycles) the whole unit
     is frozen c - 1 cycles, the read data held, and longer while ABUF's other readers hold the memories it
     needs, or its other writers the memories of its result (a SharedWritePort in ABUF's write group). Busy cycles
@@ -78,7 +80,12 @@ class VectorUnit(VectorTiming, wiring.Component):
             raise ValueError(f"the vector unit needs vector_width >= 2, got {cfg.vector_width}")
         VectorTiming.__init__(self, cfg)
         V = self.width
-        self.buffer_ports = {"abuf_src": (Space.ABUF, TileReadPort(len(SOURCES), V)),
+        # the operands' lanes read one row each, stepping by special_lanes words (VectorTiming.step_words) from an
+        # address on vector_align boundaries (hw/resolved.misaligned_vector); one word a row (a row scalar, n = 1)
+        # any word
+        S = cfg.special_lanes
+        self.buffer_ports = {"abuf_src": (Space.ABUF, TileReadPort(len(SOURCES), V, aligned=(S,) * len(SOURCES),
+                                                                   scalars=(True,) * len(SOURCES))),
                              "abuf_dst": (Space.ABUF, SharedWritePort(V))}
         wiring.Component.__init__(self, {"issue": In(stream.Signature(IssueLayout)), "status": Out(Completion()),
                           **{name: Out(sig) for name, (space, sig) in self.buffer_ports.items()}})
@@ -113,7 +120,13 @@ class VectorUnit(VectorTiming, wiring.Component):
                     & ((s_src2 != Space.ABUF) | block_fits(src2, rows, Mux(b_scalar, 1, n), s2, size))
                     & ((s_aux != Space.ABUF) | block_fits(aux, rows, Mux(c_scalar, 1, n), sa, size)))
         checks = check_instruction(m, inst, self.opcodes)
-        code = error_code(m, checks, empty=(rows == 0) | (n == 0), out_of_range=~in_range)
+        la = log2(cfg.vector_align)
+
+        def off(address, stride):
+            return (address[:la] != 0) | ((rows > 1) & (stride[:la] != 0)) if la else 0
+        misaligned = (n > 1) & (off(src1, s1) | ((s_src2 == Space.ABUF) & ~b_scalar & off(src2, s2))
+                                | ((s_aux == Space.ABUF) & ~c_scalar & off(aux, sa)))
+        code = error_code(m, checks, empty=(rows == 0) | (n == 0), misaligned=misaligned, out_of_range=~in_range)
 
         # --- control --------------------------------------------------------------------------
         chunks = Signal(32)
@@ -163,11 +176,13 @@ class VectorUnit(VectorTiming, wiring.Component):
 
         # --- issue: addresses (cycle c), operands (c + 1) ----------------------------------------
         col = Mux(special, t << ls, t << lv)
+        one_word = n == 1           # every operand one word a row, anywhere (hw/resolved.misaligned_vector)
         m.d.comb += [request.addr[0].eq(src1 + cur_r * s1 + col), request.en[0].eq(issuing),
+                     request.single[0].eq(one_word),
                      request.addr[1].eq(src2 + cur_r * s2 + Mux(b_scalar, 0, col)),
-                     request.en[1].eq(issuing & (s_src2 == Space.ABUF)), request.single[1].eq(b_scalar),
+                     request.en[1].eq(issuing & (s_src2 == Space.ABUF)), request.single[1].eq(b_scalar | one_word),
                      request.addr[2].eq(aux + cur_r * sa + Mux(c_scalar, 0, col)),
-                     request.en[2].eq(issuing & (s_aux == Space.ABUF)), request.single[2].eq(c_scalar)]
+                     request.en[2].eq(issuing & (s_aux == Space.ABUF)), request.single[2].eq(c_scalar | one_word)]
         beat = Signal(data.StructLayout({"valid": 1, "r": 32, "t": 32, "ctx": range(self.contexts),
                                          "first": 1, "last": 1, "sum": 1, "max": 1,
                                          "special": 1}))

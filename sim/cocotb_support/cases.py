@@ -23,11 +23,17 @@ def stride_for(rng, cols: int, *, overlap: bool) -> int:
     return cols + int(rng.integers(0, 6))
 
 
-def place(rng, sizes: dict, capacity: int) -> dict | None:
-    """Random non-overlapping bases for blocks of `sizes` words in a buffer of `capacity` words."""
+def aligned_up(value: int, align: int) -> int:
+    """`value` rounded up to a multiple of `align`."""
+    return -(-value // align) * align
+
+
+def place(rng, sizes: dict, capacity: int, aligned=(), align: int = 1) -> dict | None:
+    """Random non-overlapping bases for blocks of `sizes` words in a buffer of `capacity` words, those named in
+    `aligned` on multiples of `align` words."""
     names = list(sizes)
     rng.shuffle(names)
-    free = capacity - sum(sizes.values())
+    free = capacity - sum(sizes.values()) - (align - 1) * len(aligned)
     if free < 0:
         return None
     cuts = sorted(int(v) for v in rng.integers(0, free + 1, len(names)))
@@ -35,6 +41,8 @@ def place(rng, sizes: dict, capacity: int) -> dict | None:
     for name, cut in zip(names, cuts):
         at += cut - prev
         prev = cut
+        if name in aligned:
+            at = aligned_up(at, align)
         bases[name] = at
         at += sizes[name]
     return bases

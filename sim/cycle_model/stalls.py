@@ -121,14 +121,14 @@ def vector_stall_cycles(rows: int, n: int, operands: tuple, cfg: ArchConfig, ste
     """Cycles the vector unit stalls while its operands are read (hw/core/vector.py): for each step t of each row
     r (`step` elements: VectorTiming.step_words), its ABUF operands (`operands`: (address,
     stride, row scalar) of src1 and of src2 and aux when in ABUF) share one TileReadPort, vector_width words at
-    address + r * stride + t * step (a row scalar: its one word at address + r * stride); the sum of
-    tile_read_cycles - 1."""
+    address + r * stride + t * step, of which the step's `step` words, within one memory row (the ISA's rule,
+    hw/resolved.misaligned_vector), are read (a row scalar, or every operand with n = 1: its one word at
+    address + r * stride); the sum of tile_read_cycles - 1."""
     if len(operands) < 2:
         return 0
-    V = cfg.vector_width
     r, t = np.meshgrid(np.arange(rows), np.arange(ceil_div(n, step)), indexing="ij")
     starts = np.stack([base + r * stride + (0 if scalar else t * step) for base, stride, scalar in operands], axis=-1)
-    words = np.array([1 if scalar else V for _, _, scalar in operands])
+    words = np.array([1 if scalar or n == 1 else step for _, _, scalar in operands])
     cycles = tile_read_cycles(starts, np.ones(starts.shape, bool), words, cfg.buffer_chunk_words, cfg.buffer_banks)
     return int((cycles - 1).sum())
 

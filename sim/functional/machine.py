@@ -17,7 +17,7 @@ from ringgpt.host.device import AddressFault, AlignmentFault, CollectiveMismatch
 from ringgpt.hw import numerics
 from ringgpt.hw.config import ArchConfig
 from ringgpt.hw.isa import NUM_REGS, OPCODES, REDUCTIONS, Instruction, Opcode, Space, Unit, control_result, weight_words
-from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_weights
+from ringgpt.hw.resolved import Resolved, access_ranges, misaligned_transfer, misaligned_vector, misaligned_weights
 from ringgpt.sim.functional.errors import StepLimitError
 from ringgpt.sim.functional.plans import abuf_stack, future_columns, group_plan, plan
 
@@ -277,8 +277,10 @@ class Card:
 
     # --- instructions --------------------------------------------------------------------------
     def _check_alignment(self, r: Resolved) -> None:
-        """The alignment rules of the matrix unit's weights and of the DMA engines' reads (AlignmentFault)."""
+        """The alignment rules of the matrix unit's weights, the vector unit's operands and the DMA engines' reads
+        (AlignmentFault)."""
         problem = (misaligned_weights(r, self.cfg.weight_align)
+                   or misaligned_vector(r, self.cfg.vector_align)
                    or misaligned_transfer(r, self.cfg.beat_words))
         if problem:
             raise AlignmentFault(self.index, self.pc, self.text(), problem)
@@ -364,6 +366,7 @@ class Card:
     def _binary(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_alignment(r)
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
         b = self._vector_operand(r, "src2", r.flags.src2_row_scalar)
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, _BINARY[r.op](a, b))
@@ -371,6 +374,7 @@ class Card:
     def _scale_shift(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_alignment(r)
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
         b = self._vector_operand(r, "src2", r.flags.src2_row_scalar)
         c = self._vector_operand(r, "aux", r.flags.aux_row_scalar)
@@ -379,12 +383,14 @@ class Card:
     def _unary(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_alignment(r)
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
         self.write("dst", r.dst, r.rows, r.n, r.dst_stride, numerics.special(OPCODES[r.op].special, a))
 
     def _reduce(self, r: Resolved) -> None:
         if r.rows == 0 or r.n == 0:
             return
+        self._check_alignment(r)
         a = self.read("src1", r.src1, r.rows, r.n, r.src1_stride)
         if OPCODES[r.op].reduction == "max":
             result = numerics.reduce_max(a, axis=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ringgpt.hw import native, numerics
-from ringgpt.hw.resolved import misaligned_weights
+from ringgpt.hw.resolved import misaligned_vector, misaligned_weights
 from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit, weight_words
 
 _STATIC = (Space.ABUF, Space.HOST)
@@ -31,8 +31,8 @@ def group_plan(cards: list, stack: np.ndarray, rs: tuple):
     instruction's operands are then (cards, n) views of `stack`, one row a card, and one call of the numerics function
     computes every card's row (the vector unit's operations act on each row alone, so each card's words are its own
     execution's, bit for bit); a MASKED_QK, `_group_scores`. It is made at the instruction's first execution with
-    these operands, as it has the method's only checks (each block within its memory, else None: the methods report
-    it)."""
+    these operands, as it has the method's only checks (each block within its memory, the vector unit's alignment
+    rule, else None: the methods report it)."""
     r = rs[0]
     op = r.op
     if (op not in _VECTOR and op is not Opcode.MASKED_QK) or r.rows != 1:
@@ -54,6 +54,8 @@ def group_plan(cards: list, stack: np.ndarray, rs: tuple):
 
     if op is Opcode.MASKED_QK:
         return _group_scores(cards, r, rows)
+    if misaligned_vector(r, cards[0].cfg.vector_align):
+        return None
     n = r.n
     reduction = OPCODES[op].reduction
     a, out = rows(r.src1, n), rows(r.dst, 1 if reduction else n)

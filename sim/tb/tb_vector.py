@@ -9,12 +9,13 @@ import numpy as np
 
 from ringgpt.hw import banks, numerics as nx
 from ringgpt.hw.core.interfaces import ErrorCode
+from ringgpt.hw.resolved import misaligned_vector
 from ringgpt.hw.isa import OPCODES, Dim, Flags, Instruction, Opcode, Operand, Space, Unit, decode, opcodes_of
 from ringgpt.sim.cocotb_support import bench
 from ringgpt.sim.cocotb_support.datapath import (DatapathTB, finish_regs, fp16_data, golden, new_regs,
                                                  random_state, register_relative, resolved_of)
 from ringgpt.sim.cycle_model.stalls import vector_operands, vector_stall_cycles
-from ringgpt.sim.cocotb_support.cases import extent, pick, place, set_field, stride_for
+from ringgpt.sim.cocotb_support.cases import aligned_up, extent, pick, place, set_field, stride_for
 
 VECTOR_OPS = opcodes_of(Unit.VECTOR)
 
@@ -25,12 +26,16 @@ def imm_value(rng) -> int:
 
 
 def vector_case(rng, cfg, op: Opcode):
-    V = cfg.vector_width
+    """A random instruction of `op` that keeps the vector unit's alignment rule (hw/resolved.misaligned_vector:
+    src1 and the other ABUF operands but row scalars, and their strides, on vector_align boundaries), and its
+    registers."""
+    V, A = cfg.vector_width, cfg.vector_align
     spec = OPCODES[op]
     while True:
         rows = pick(rng, [1, 1, 2, 3, 4, 5, 6, 7, 9, 11, 13])
         n = pick(rng, [1, V - 1, V, V + 1, 2 * V, 3 * V + 3, rng.integers(1, 6 * V + 1)]) or 1
-        s1 = stride_for(rng, n, overlap=True)
+        s1 = aligned_up(stride_for(rng, n, overlap=True), A)
+        aligned = ["src1"]
         reduces = spec.reduces
         dcols = 1 if reduces else n
         sd = stride_for(rng, dcols, overlap=False)
@@ -47,13 +52,16 @@ def vector_case(rng, cfg, op: Opcode):
                 flags[flag] = 1
             cols = 1 if scalar else n
             strides[name] = stride_for(rng, cols, overlap=True)
+            if not scalar:
+                strides[name] = aligned_up(strides[name], A)
+                aligned.append(name)
             blocks[name] = extent(rows, cols, strides[name])
         in_place = not reduces and s1 >= n and rng.random() < 0.25
         if in_place:
             sd = s1
         else:
             blocks["dst"] = extent(rows, dcols, sd)
-        bases = place(rng, blocks, cfg.abuf_words)
+        bases = place(rng, blocks, cfg.abuf_words, aligned, A)
         if bases is not None:
             break
     if in_place:
@@ -106,36 +114,39 @@ def imm(value: float) -> Operand:
     return Operand(Space.IMM, 0, int(nx.fp16_bits(np.float16(value))))
 
 
-def layernorm_and_softmax(rows: int, d: int, t: int) -> list:
-    """A LayerNorm of `rows` x `d` and a softmax over `rows` x `t` scores, as host/compiler/build.py emits them."""
-    X, Y, T, P, S, SC = 0, 300, 600, 900, 1000, 1100       # input, output, scratch, gamma|beta, stats, scores
-    sw = 4
+def layernorm_and_softmax(rows: int, d: int, t: int, align: int) -> list:
+    """A LayerNorm of `rows` x `d` and a softmax over `rows` x `t` scores, as host/compiler/build.py emits them: rows
+    and blocks on `align`-word boundaries (the vector unit's rule), the row statistics one word a row anywhere."""
+    X, Y, T, P, S, SC = (i * 8 * aligned_up(max(d, t), align) for i in range(6))   # input, output, scratch,
+    sw = 4                                                                          # gamma|beta, stats, scores
     mean, var, rstd, rowmax, rowsum = (abuf(S + i) for i in range(5))
     dims = dict(rows=Dim(2, 0), n=Dim(0, d))
     rs = Flags(src2_row_scalar=1)
+    ds, ts = aligned_up(d, align), aligned_up(t, align)
     ln = [
-        Instruction.make(Opcode.VDOT, dst=mean, src1=abuf(X), src2=imm(1.0 / d), dst_stride=sw, src1_stride=d, **dims),
-        Instruction.make(Opcode.VSUB, dst=abuf(Y), src1=abuf(X), src2=mean, dst_stride=d, src1_stride=d,
+        Instruction.make(Opcode.VDOT, dst=mean, src1=abuf(X), src2=imm(1.0 / d), dst_stride=sw, src1_stride=ds, **dims),
+        Instruction.make(Opcode.VSUB, dst=abuf(Y), src1=abuf(X), src2=mean, dst_stride=ds, src1_stride=ds,
                          src2_stride=sw, flags=rs, **dims),
-        Instruction.make(Opcode.VMUL, dst=abuf(T), src1=abuf(Y), src2=imm(1.0 / d), dst_stride=d, src1_stride=d, **dims),
-        Instruction.make(Opcode.VDOT, dst=var, src1=abuf(T), src2=abuf(Y), dst_stride=sw, src1_stride=d,
-                         src2_stride=d, **dims),
+        Instruction.make(Opcode.VMUL, dst=abuf(T), src1=abuf(Y), src2=imm(1.0 / d), dst_stride=ds, src1_stride=ds,
+                         **dims),
+        Instruction.make(Opcode.VDOT, dst=var, src1=abuf(T), src2=abuf(Y), dst_stride=sw, src1_stride=ds,
+                         src2_stride=ds, **dims),
         Instruction.make(Opcode.VADD, dst=var, src1=var, src2=imm(1e-5), rows=Dim(2, 0), n=Dim(0, 1), dst_stride=sw,
                          src1_stride=sw),
         Instruction.make(Opcode.VRSQRT, dst=rstd, src1=var, rows=Dim(2, 0), n=Dim(0, 1), dst_stride=sw, src1_stride=sw),
-        Instruction.make(Opcode.VMUL, dst=abuf(Y), src1=abuf(Y), src2=rstd, dst_stride=d, src1_stride=d,
+        Instruction.make(Opcode.VMUL, dst=abuf(Y), src1=abuf(Y), src2=rstd, dst_stride=ds, src1_stride=ds,
                          src2_stride=sw, flags=rs, **dims),
-        Instruction.make(Opcode.VSCALE_SHIFT, dst=abuf(Y), src1=abuf(Y), src2=abuf(P), aux=abuf(P + d),
-                         dst_stride=d, src1_stride=d, **dims),
+        Instruction.make(Opcode.VSCALE_SHIFT, dst=abuf(Y), src1=abuf(Y), src2=abuf(P), aux=abuf(P + ds),
+                         dst_stride=ds, src1_stride=ds, **dims),
     ]
-    sdims = dict(rows=Dim(2, 0), n=Dim(0, t), dst_stride=t, src1_stride=t)
+    sdims = dict(rows=Dim(2, 0), n=Dim(0, t), dst_stride=ts, src1_stride=ts)
     softmax = [
         Instruction.make(Opcode.VMAX, dst=rowmax, src1=abuf(SC), rows=Dim(2, 0), n=Dim(0, t), dst_stride=sw,
-                         src1_stride=t),
+                         src1_stride=ts),
         Instruction.make(Opcode.VSUB, dst=abuf(SC), src1=abuf(SC), src2=rowmax, src2_stride=sw, flags=rs, **sdims),
         Instruction.make(Opcode.VEXP, dst=abuf(SC), src1=abuf(SC), **sdims),
         Instruction.make(Opcode.VSUM, dst=rowsum, src1=abuf(SC), rows=Dim(2, 0), n=Dim(0, t), dst_stride=sw,
-                         src1_stride=t),
+                         src1_stride=ts),
         Instruction.make(Opcode.VRECIP, dst=rowsum, src1=rowsum, rows=Dim(2, 0), n=Dim(0, 1), dst_stride=sw,
                          src1_stride=sw),
         Instruction.make(Opcode.VMUL, dst=abuf(SC), src1=abuf(SC), src2=rowsum, src2_stride=sw, flags=rs, **sdims),
@@ -157,12 +168,13 @@ async def layernorm_and_softmax_sequences(dut):
         regs = [0] * 16
         regs[2] = rows
         expected = state
-        for inst in layernorm_and_softmax(rows, d, t):
+        for inst in layernorm_and_softmax(rows, d, t, tb.cfg.vector_align):
             await tb.check_instruction(inst, regs, expected, label="sequence")
             expected = golden(tb.cfg, expected, inst, regs)
         got = await tb.dump()
         assert all((got[s] == expected[s]).all() for s in got), "sequence end state differs"
-        await tb.check_back_to_back(layernorm_and_softmax(rows, d, t), regs, state, label="back to back")
+        await tb.check_back_to_back(layernorm_and_softmax(rows, d, t, tb.cfg.vector_align), regs, state,
+                                    label="back to back")
     tb.save_records(bench.args().get("record"))
 
 
@@ -183,8 +195,8 @@ async def bad_instructions_raise_errors(dut):
             ("n 0: a no-op", decode(set_field(set_field(word, "n.reg", 0), "n.imm", 0)), regs, None, ErrorCode.NONE),
             ("dst past ABUF", inst, regs, set_field(set_field(word, "dst.reg", 0), "dst.offset", cfg.abuf_words),
              ErrorCode.OUT_OF_RANGE),
-            ("src1 past 2**32", inst, regs, set_field(set_field(word, "src1.reg", 0), "src1.offset", (1 << 32) - 3),
-             ErrorCode.OUT_OF_RANGE),
+            ("src1 past 2**32", inst, regs, set_field(set_field(word, "src1.reg", 0), "src1.offset",
+                                                      (1 << 32) - cfg.vector_align), ErrorCode.OUT_OF_RANGE),
         ]
     inst, regs = vector_case(rng, cfg, Opcode.VSUM)
     cases.append(("row-scalar flag on VSUM", inst, regs, set_field(inst.encode(), "flags.src2_row_scalar", 1),
@@ -192,6 +204,26 @@ async def bad_instructions_raise_errors(dut):
     mm = Instruction.make(Opcode.MATMUL, dst=abuf(0), src1=abuf(0), src2=Operand(Space.WBUF), rows=Dim(0, 1),
                           n=Dim(0, 1), k=Dim(0, 1))
     cases.append(("MATMUL to the vector unit", mm, [0] * 16, mm.encode(), ErrorCode.WRONG_UNIT))
+    A, V = cfg.vector_align, cfg.vector_width       # the alignment rule (hw/resolved.misaligned_vector)
+    two = dict(rows=Dim(0, 2), n=Dim(0, V), dst_stride=V)
+    for label, inst, code in (
+            ("src1 off its boundary", Instruction.make(Opcode.VADD, dst=abuf(0), src1=abuf(2 * A + 1),
+                                                       src2=abuf(4 * A), src1_stride=A, src2_stride=A, **two),
+             ErrorCode.MISALIGNED),
+            ("src2's row stride off", Instruction.make(Opcode.VMUL, dst=abuf(0), src1=abuf(2 * A), src2=abuf(4 * A),
+                                                       src1_stride=A, src2_stride=A + 1, **two), ErrorCode.MISALIGNED),
+            ("aux off its boundary", Instruction.make(Opcode.VSCALE_SHIFT, dst=abuf(0), src1=abuf(2 * A),
+                                                      src2=imm(2.0), aux=abuf(6 * A - 1), src1_stride=A, **two),
+             ErrorCode.MISALIGNED),
+            ("a row scalar anywhere", Instruction.make(Opcode.VSUB, dst=abuf(0), src1=abuf(2 * A), src2=abuf(6 * A - 1),
+                                                       src1_stride=A, src2_stride=3, flags=Flags(src2_row_scalar=1),
+                                                       **two), ErrorCode.NONE),
+            ("one word a row anywhere", Instruction.make(Opcode.VRSQRT, dst=abuf(0), src1=abuf(2 * A + 3),
+                                                         rows=Dim(0, 3), n=Dim(0, 1), dst_stride=1, src1_stride=5),
+             ErrorCode.NONE)):
+        refused = misaligned_vector(resolved_of(inst, [0] * 16), A) is not None
+        assert refused == (code is ErrorCode.MISALIGNED), f"{label}: the shared rule says {refused}"
+        cases.append((label, inst, [0] * 16, None if code is ErrorCode.NONE else inst.encode(), code))
     for label, inst, regs, word, code in cases:
         await tb.check_instruction(inst, regs, random_state(rng, cfg), label=label, word=word, error=code)
     inst, regs = vector_case(rng, cfg, Opcode.VDOT)
@@ -219,10 +251,11 @@ async def full_rate(dut):
                                       (Opcode.VDOT, 12, 2 * V - 1, 1024, None), (Opcode.VSUM, 1, 4 * V, None, 0),
                                       (Opcode.VADD, 2, 3 * V, 512 + 13 * period, 2 * 3),
                                       (Opcode.VSUB, 2, 3 * V, 512 + 13 * period, 2)):
-        fields = dict(dst=abuf(0), src1=abuf(512), rows=Dim(0, rows), n=Dim(0, n), dst_stride=n, src1_stride=n)
+        stride = aligned_up(n, cfg.vector_align)
+        fields = dict(dst=abuf(0), src1=abuf(512), rows=Dim(0, rows), n=Dim(0, n), dst_stride=n, src1_stride=stride)
         if src2 is not None:
             scalar = op is Opcode.VSUB
-            fields.update(src2=abuf(src2), src2_stride=n, flags=Flags(src2_row_scalar=int(scalar)))
+            fields.update(src2=abuf(src2), src2_stride=stride, flags=Flags(src2_row_scalar=int(scalar)))
         inst = Instruction.make(op, **fields)
         step = unit.step_words(op)
         modeled = vector_stall_cycles(rows, n, vector_operands(resolved_of(inst, [0] * 16), cfg), cfg, step)
