@@ -496,13 +496,18 @@ def core_estimates(json_path: Path, reuse: bool = False, cfg=None) -> int:
     return 0
 
 
-def check_buffers(cfg) -> int:
-    """Yosys's figures for the core's buffers at `cfg` (hw/core/buffers.Buffers with every buffer port of
-    units.UNIT_CLASSES, memories in block RAM) beside `port_logic`'s composition."""
+def core_buffers(cfg):
+    """The core's buffers at `cfg`: hw/core/buffers.Buffers with every buffer port of units.UNIT_CLASSES, named as
+    hw/core/core.py names them."""
     from ringgpt.hw.core.buffers import Buffers
-    ports = {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()}   # core.py's names
+    return Buffers(cfg, {f"{unit}_{port}": spec for (unit, port), spec in core_buffer_ports(cfg).items()})
+
+
+def check_buffers(cfg) -> int:
+    """Yosys's figures for the core's buffers at `cfg` (`core_buffers`, memories in block RAM) beside
+    `port_logic`'s composition."""
     started = time.monotonic()
-    synthesised = measured("buffers", lambda: Buffers(cfg, ports))
+    synthesised = measured("buffers", lambda: core_buffers(cfg))
     composed = port_logic(cfg, measured)
     total = _add(composed["ABUF"], composed["WBUF"])
     print(f"{cfg.name}: Yosys {synthesised} in {time.monotonic() - started:.0f} s; port_logic composes "

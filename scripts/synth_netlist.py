@@ -12,6 +12,11 @@ the nets read by more than 1,000 cell pins, the Yosys version and the design dig
 
     python scripts/synth_netlist.py --config u280            # native yosys; 2 jobs
     python scripts/synth_netlist.py --config sim-small --out /tmp/sim-small_netlist.json
+    python scripts/synth_netlist.py --config u280 --buffer ABUF   # one buffer alone, with the core's ports
+
+--buffer synthesises one of the core's buffers (hw/resource_estimates.core_buffers: its memories and port logic,
+as the kernel has them) by the same flow and cache, and prints its figures (11-14 minutes for ABUF at u280), a
+quick measure of a change to the buffers before the whole kernel's.
 """
 from __future__ import annotations
 
@@ -36,6 +41,33 @@ ROOT = Path(__file__).resolve().parents[1]
 def kernel_rtlil(config: str) -> str:
     from ringgpt.hw.kernel.kernel import KernelTop
     return rtlil.convert(KernelTop(get_config(config)), name="top", emit_src=False)
+
+
+def buffer_rtlil(config: str, buffer: str) -> str:
+    from ringgpt.hw.isa import Space
+    from ringgpt.hw.resource_estimates import core_buffers
+    return rtlil.convert(core_buffers(get_config(config)).banked(Space[buffer]), name="top", emit_src=False)
+
+
+def synthesise(modules: dict, digests: dict, cache: Path, yosys: list, version: str, jobs: int) -> list:
+    """Synthesises the unique modules not in `cache`, `jobs` at once; returns the failures."""
+    todo = netlist.jobs_for(modules, digests, cache, yosys, version)
+    print(f"{len(modules)} modules, {len(set(digests.values()))} unique, {len(todo)} to synthesise", flush=True)
+    failed = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        running = {pool.submit(netlist.synthesise_unique, job): job["name"] for job in todo.values()}
+        for done in as_completed(running):
+            try:
+                record = done.result()
+            except (RuntimeError, ValueError, OSError) as exc:
+                failed.append(f"{running[done]}: {exc}")
+                print(f"  {failed[-1]}", flush=True)
+                continue
+            print(f"  {running[done]}: {record['figures']['LUT']:,} LUTs, {record['seconds']} s", flush=True)
+    if failed:
+        print(f"synth_netlist: {len(failed)} module(s) failed ({failed[0]}); the others are cached in {cache}: "
+              "fix the cause and run again", file=sys.stderr)
+    return failed
 
 
 def report(modules: dict, digests: dict, records: dict, config: str, version: str, seconds: dict) -> dict:
@@ -106,6 +138,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="report JSON (default docs/bench/<config>_netlist.json)")
     parser.add_argument("--cache", type=Path, default=ROOT / "out" / "netlist", help="module records by digest")
     parser.add_argument("--jobs", type=int, default=2, help="Yosys runs at once (default 2)")
+    parser.add_argument("--buffer", choices=("ABUF", "WBUF"), help="synthesise this buffer alone and print its figures")
     args = parser.parse_args(argv)
     out = args.out or netlist.report_path(args.config)
     try:
@@ -114,29 +147,21 @@ def main(argv=None) -> int:
         print(f"synth_netlist: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    print(f"{version}; converting the {args.config} kernel to RTLIL", flush=True)
-    modules = netlist.split_modules(kernel_rtlil(args.config))
+    what = f"the {args.config} {args.buffer or 'kernel'}"
+    print(f"{version}; converting {what} to RTLIL", flush=True)
+    modules = netlist.split_modules(buffer_rtlil(args.config, args.buffer) if args.buffer else
+                                    kernel_rtlil(args.config))
     digests = netlist.module_digests(modules)
     rtlil_s = round(time.monotonic() - started, 1)
-    jobs = netlist.jobs_for(modules, digests, args.cache, yosys, version)
-    print(f"{len(modules)} modules, {len(set(digests.values()))} unique, {len(jobs)} to synthesise "
-          f"(RTLIL in {rtlil_s} s)", flush=True)
-    failed = []
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        running = {pool.submit(netlist.synthesise_unique, job): job["name"] for job in jobs.values()}
-        for done in as_completed(running):
-            try:
-                record = done.result()
-            except (RuntimeError, ValueError, OSError) as exc:
-                failed.append(f"{running[done]}: {exc}")
-                print(f"  {failed[-1]}", flush=True)
-                continue
-            print(f"  {running[done]}: {record['figures']['LUT']:,} LUTs, {record['seconds']} s", flush=True)
-    if failed:
-        print(f"synth_netlist: {len(failed)} module(s) failed ({failed[0]}); the others are cached in {args.cache}: "
-              "fix the cause and run again", file=sys.stderr)
+    print(f"RTLIL in {rtlil_s} s", flush=True)
+    if synthesise(modules, digests, args.cache, yosys, version, args.jobs):
         return 1
     records = {digest: netlist.cached(args.cache, digest, version) for digest in set(digests.values())}
+    if args.buffer:
+        total = netlist.totals(modules, {name: records[digests[name]]["figures"] for name in modules})["top"]
+        print(f"{what}: " + ", ".join(f"{key} {total[key]:,}" for key in total) +
+              f" ({round(time.monotonic() - started)} s)")
+        return 0
     result = report(modules, digests, records, args.config, version,
                     {"wall": round(time.monotonic() - started, 1), "rtlil": rtlil_s})
     netlist.write_atomically(out, json.dumps(result, indent=1) + "\n")

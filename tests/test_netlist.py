@@ -199,3 +199,17 @@ def test_verilog_holds_each_distinct_module_once():
     text = verilog.convert(Crossed(), name="crossed")
     assert text.count("\nmodule ") + text.startswith("module ") == 3
     assert "module crossed(" in text
+
+
+def test_one_buffer_alone_has_the_cores_ports(load_script):
+    """synth_netlist.py --buffer: the buffer of the core's Buffers (hw/resource_estimates.core_buffers) as one
+    design, its ports the units' (the vector unit's stepped operand lanes among them), nothing else."""
+    from ringgpt.hw.config import get_config
+    from ringgpt.hw.isa import Space
+    from ringgpt.hw.resource_estimates import core_buffers
+    modules = netlist.split_modules(load_script("synth_netlist").buffer_rtlil("sim-small", "ABUF"))
+    ports = modules["\\top"].port_indices()
+    buffers = core_buffers(get_config("sim-small"))
+    mine = {name for name, (space, _) in buffers.ports.items() if space == Space.ABUF}
+    assert {name.split("__")[0] for name in ports} - {"clk", "rst"} == mine
+    assert "vector_abuf_src" in mine and "matrix_wbuf_tiles" not in mine

@@ -524,19 +524,25 @@ class Buffers(wiring.Component):
         self.chunk, self.banks = cfg.buffer_chunk_words, cfg.buffer_banks
         super().__init__({name: In(sig) for name, (space, sig) in self.ports.items()})
 
+    def banked(self, space: Space) -> BankedBuffer:
+        """The BankedBuffer of `space` (Space.ABUF or Space.WBUF) with its ports, as elaborate builds it (also
+        synthesised alone: scripts/synth_netlist.py --buffer)."""
+        words = self.cfg.abuf_words if space == Space.ABUF else self.cfg.wbuf_words
+        mine = {name: sig for name, (sp, sig) in self.ports.items() if sp == space}
+        return BankedBuffer(words, chunk=self.chunk, banks=self.banks,
+                            reads={n: s.words for n, s in mine.items() if isinstance(s, ReadPort)},
+                            writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
+                            tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
+                            shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
+                            row_writes={n: s.rows for n, s in mine.items() if isinstance(s, RowWritePort)},
+                            bank_writes=[n for n, s in mine.items() if isinstance(s, BankWritePort)],
+                            shared_writes={n: s.words for n, s in mine.items() if isinstance(s, SharedWritePort)})
+
     def elaborate(self, platform):
         m = Module()
-        for space, words in ((Space.ABUF, self.cfg.abuf_words), (Space.WBUF, self.cfg.wbuf_words)):
-            mine = {name: sig for name, (sp, sig) in self.ports.items() if sp == space}
-            buf = BankedBuffer(words, chunk=self.chunk, banks=self.banks,
-                               reads={n: s.words for n, s in mine.items() if isinstance(s, ReadPort)},
-                               writes={n: s.words for n, s in mine.items() if isinstance(s, WritePort)},
-                               tiles={n: s for n, s in mine.items() if isinstance(s, TileReadPort)},
-                               shared_reads={n: s.words for n, s in mine.items() if isinstance(s, SharedReadPort)},
-                               row_writes={n: s.rows for n, s in mine.items() if isinstance(s, RowWritePort)},
-                               bank_writes=[n for n, s in mine.items() if isinstance(s, BankWritePort)],
-                               shared_writes={n: s.words for n, s in mine.items() if isinstance(s, SharedWritePort)})
-            m.submodules[space.name.lower()] = buf
-            for name in mine:
-                wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(buf, name))
+        for space in (Space.ABUF, Space.WBUF):
+            m.submodules[space.name.lower()] = buf = self.banked(space)
+            for name, (sp, _) in self.ports.items():
+                if sp == space:
+                    wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(buf, name))
         return m
