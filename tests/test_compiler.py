@@ -168,23 +168,28 @@ def test_weight_columns_are_padded_to_tile_boundaries(cards):
         assert relative_rms(appliance.logits(), want) <= LOGITS_BOUND
 
 
-@pytest.mark.parametrize("spec,config,cards,max_context", [
-    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 1, 16),
-    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 2, 16),
-    ("n_layer=1,n_embd=48,n_head=3,vocab_size=64", "sim-small", 2, 20),
-    ("n_layer=1,n_embd=64,n_head=4,vocab_size=64", "u280", 4, 64),
-    ("n_layer=2,n_embd=320,n_head=5,vocab_size=1000", "sim-small", 2, 128),
-    ("n_layer=1,n_embd=1600,n_head=25,vocab_size=2048", "u280", 4, 1024)])
-def test_transfers_keep_words_at_their_offset_in_the_beat(spec, config, cards, max_context):
+@pytest.mark.parametrize("spec,config,cards,max_context,weights", [
+    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 1, 16, "fp16"),
+    ("n_layer=2,n_embd=48,n_head=3,vocab_size=64", "u280", 2, 20, "int8"),
+    ("n_layer=1,n_embd=48,n_head=3,vocab_size=64", "sim-small", 2, 20, "fp16"),
+    ("n_layer=1,n_embd=36,n_head=3,vocab_size=64", "sim-small", 1, 13, "int8"),
+    ("n_layer=1,n_embd=64,n_head=4,vocab_size=64", "u280", 4, 64, "fp16"),
+    ("n_layer=2,n_embd=320,n_head=5,vocab_size=1000", "sim-small", 2, 128, "fp16"),
+    ("n_layer=1,n_embd=1600,n_head=25,vocab_size=2048", "u280", 4, 1024, "fp16")])
+def test_every_word_keeps_the_alignment_rules(spec, config, cards, max_context, weights):
     """Every LOAD and GATHER from HBM or the host puts each word at the same offset within its HBM beat in the buffer
-    as in HBM (hw/resolved.misaligned_transfer, which the RTL enforces), for runs at the start, in the middle and at
+    as in HBM (hw/resolved.misaligned_transfer), every matrix instruction's weights (and with INT8 weights its
+    activations) lie on weight_align boundaries (misaligned_weights) and every vector instruction's operands on
+    vector_align boundaries (misaligned_vector): the RTL refuses each. For runs at the start, in the middle and at
     the end of the context: regions start on region_align, the K cache keeps the KV areas' key slots, the V cache
-    their V^T rows, LayerNorm blocks and wpe rows are padded, and n_embd = 48 (not a multiple of u280's 32-word beat)
-    stages the embedding's rows in BIG at 64 words."""
-    from ringgpt.hw.resolved import misaligned_transfer, resolve_run, with_gather_slices
+    their V^T rows, LayerNorm blocks and wpe rows are padded, and n_embd 48 at u280 (not a multiple of its 32-word
+    beat nor of its 64-word vector_align and weight_align) and 36 at sim-small (not of its 8) lay their activation
+    rows 64 and 40 words apart (activation_row), the score rows of max_context 20 and 13 64 and 16 (score_row)."""
+    from ringgpt.hw.resolved import (misaligned_transfer, misaligned_vector, misaligned_weights, resolve_run,
+                                     with_gather_slices)
     cfg = get_config(config, cards)
     beat = cfg.hbm_port_bits // 16
-    image = compile_model(meta_model(spec), cfg, max_context=max_context)
+    image = compile_model(meta_model(spec), cfg, max_context=max_context, weights=weights)
     rows = image.meta["max_rows"]
     transfers = 0
     for pos, n in ((0, rows), (max_context // 2, 1), (max_context - min(rows, 3), min(rows, 3)), (max_context - 1, 1)):
@@ -192,6 +197,9 @@ def test_transfers_keep_words_at_their_offset_in_the_beat(spec, config, cards, m
                                    for c, card in enumerate(image.cards)])
         for run in runs:
             for r in run:
+                if r is not None:
+                    assert misaligned_vector(r, cfg.vector_align) is None, (pos, n, r)
+                    assert misaligned_weights(r, cfg.weight_align) is None, (pos, n, r)
                 if r is not None and r.op in (Opcode.LOAD, Opcode.GATHER) and r.src1[0] in (Space.HBM, Space.HOST):
                     assert misaligned_transfer(r, beat) is None, (pos, n, r)
                     transfers += 1

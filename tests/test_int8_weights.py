@@ -284,6 +284,19 @@ def test_int8_real_widths_within_bounds(width, cards_list):
     assert all(np.array_equal(r, results[0]) for r in results[1:])
 
 
+def test_int8_widths_off_the_u280_boundaries_compile_and_agree():
+    """n_embd 48 on the u280 preset with INT8 weights: its activation rows padded to 64 words (layout.activation_row),
+    so every MATMUL's activations lie on weight_align boundaries (the compile stopped at the plan check before);
+    logits within LOGITS_BOUND of the quantised model, bit-identical on 1 and 2 cards, with a max_context of 20."""
+    model = load_model("synthetic:n_layer=2,n_embd=48,n_head=3,vocab_size=100", seed=3)
+    prompt = [5, 17, 42, 7, 9]
+    ref = reference_generate(int8_model(model), prompt, SamplingConfig(max_new_tokens=4, stop_at_eos=False))
+    results = [appliance_logits(compile_model(model, get_config("u280", cards), max_context=20, weights="int8"),
+                                prompt, ref.generated_ids) for cards in (1, 2)]
+    assert relative_rms(results[0], ref.logits) <= LOGITS_BOUND
+    assert np.array_equal(results[0], results[1])
+
+
 def test_int8_decode_moves_half_the_weight_bytes_and_takes_fewer_cycles():
     model = load_model("synthetic:n_layer=1,n_embd=768,n_head=12,vocab_size=2048", seed=5)
     cfg = get_config("u280", 1)

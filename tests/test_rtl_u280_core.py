@@ -9,8 +9,14 @@ size"; issue 33)."""
 import numpy as np
 import pytest
 
+from ringgpt.host.device import AddressFault, AlignmentFault
+from ringgpt.hw.assembly import assemble
 from ringgpt.hw.config import get_config
+from ringgpt.sim.functional import SimulatorDevice
+from ringgpt.sim.rtl.device import RtlDevice
 from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL, logit_difference, compare_with_simulator
+
+from device_checks import program_image
 
 
 @pytest.mark.rtl
@@ -19,6 +25,46 @@ from ringgpt.sim.rtl_comparison import REAL_WIDTH_MODEL, logit_difference, compa
 def test_u280_core_generates_bit_identical_logits(sim):
     record = compare_with_simulator(get_config("u280", 1), REAL_WIDTH_MODEL, simulator=sim)
     assert record["bit_identical"], record
+
+
+U280_FAULTS = {  # name: (the word at pc 0 of a one-card program, the DeviceError both back ends raise)
+    "an address past ABUF": ("LOAD dst=ABUF[0] src1=ABUF[{abuf_end}] rows=1 n=64", AddressFault),
+    "an address past HBM": ("LOAD dst=ABUF[0] src1=HBM[4294967264] rows=1 n=64", AddressFault),
+    "a vector operand off its boundary": ("VADD dst=ABUF[0] src1=ABUF[32] src2=IMM[0x3c00] rows=1 n=64",
+                                          AlignmentFault),
+    "weights off their boundary": ("MATMUL dst=ABUF[0] src1=ABUF[0] src2=WBUF[32] rows=1 n=16 k=64 src2_stride=64",
+                                   AlignmentFault),
+    "words shifted within the beat": ("LOAD dst=ABUF[16] src1=HBM[0] rows=1 n=64", AlignmentFault),
+}
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", ["verilator"], indirect=True)
+def test_u280_core_faults_end_with_the_simulators_error(sim):
+    """Bad words on the whole u280 core (the build of the test above, pause off): an address past ABUF or past HBM
+    (the card's 2^32 words), a vector operand, matrix weights or an HBM LOAD's words off their boundaries (32 words
+    in: a multiple of the 32-word beat and of sim-small's 8, not of u280's 64-word vector_align and weight_align,
+    so only the u280 rule catches the first two; the beat's 16 in the last) each stop the run with the
+    functional simulator's DeviceError subclass naming card 0, pc 0. About a minute once built."""
+    config = get_config("u280", 1)
+    device = RtlDevice(config, simulator=sim)
+    wrong = []
+    try:
+        for name, (line, error) in U280_FAULTS.items():
+            text = line.format(abuf_end=config.abuf_words - 32) + "\nHALT"
+            image = program_image(config, [assemble(text)])
+            for label, back_end in (("functional simulator", SimulatorDevice(config)), ("RTL", device)):
+                back_end.load(image)
+                try:
+                    back_end.run(0, 1)
+                    wrong.append(f"{name}: the {label} ran it")
+                except error as caught:
+                    if (caught.card, caught.pc) != (0, 0):
+                        wrong.append(f"{name}: the {label} names card {caught.card} pc {caught.pc}")
+    finally:
+        device.close()
+    assert not wrong, wrong
 
 
 def test_a_comparison_says_where_the_logits_part():

@@ -190,7 +190,7 @@ class CardBuilder:
         self._registers()
         # Embedding: token rows gathered by id into X, plus the position rows from pos on into T, both a row apart
         # (activation_row: whole HBM beats).
-        r = self.row
+        r, hr = self.row, activation_row(n_inner, ctx.config)
         a(Opcode.GATHER, dst=abuf(plan["X"]), src1=hbm(self.wte), src2=host(ctx.ids_offset), rows=reg(ROWS), n=d,
           dst_stride=r, src1_stride=self.d_stride, writes="token rows", reads=("wte", "ids"))
         a(Opcode.LOAD, dst=abuf(plan["T"]), src1=hbm(self.wpe, POS_D), rows=reg(ROWS), n=d, dst_stride=r,
@@ -221,21 +221,21 @@ class CardBuilder:
                 self._probe(L + "qkv", plan["QKV"], 3 * self.kv_width, segments=self._qkv_segments())
                 self._append_kv(layer)
                 self._attention(layer, first_area)
-            self._allgather(plan["BIG"], L + "attn", d, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
-            self._probe(L + "attn", plan["BIG"], d)
+            self._allgather(plan["BIG"], L + "attn", r, self.h0 * dims.head_dim, self.h1 * dims.head_dim)
+            self._probe(L + "attn", plan["BIG"], d, stride=r)
             # Per-piece all-gathers stage a card's later pieces where nothing live is: in H (a LayerNorm output)
             # once its last reader, the QKV or the first MLP layer's MATMUL, is issued; in T after LayerNorm 2.
-            self._gathered_linear((layer, 1), plan["BIG"], L + "attn", d, plan["T"], L + "proj", r, self.e0,
+            self._gathered_linear((layer, 1), plan["BIG"], L + "attn", r, plan["T"], L + "proj", r, self.e0,
                                   plan["H"])
             self._probe(L + "proj", plan["T"], d, stride=r)
             self._vector(Opcode.VADD, plan["X"], plan["X"], plan["T"], d, L + "res1", (residual, L + "proj"))
             self._probe(L + "res1", plan["X"], d, stride=r)
             self._layernorm(plan["X"], 0, L + "res1", plan["H"], L + "ln2", reg(ROWS), lnp + 2 * r,
                             L + "ln params", plan["S"])
-            self._gathered_linear((layer, 2), plan["H"], L + "ln2", r, plan["BIG"], L + "fc", n_inner, self.f0,
+            self._gathered_linear((layer, 2), plan["H"], L + "ln2", r, plan["BIG"], L + "fc", hr, self.f0,
                                   plan["T"], gelu=True)
-            self._probe(L + "fc", plan["BIG"], n_inner)
-            self._gathered_linear((layer, 3), plan["BIG"], L + "fc", n_inner, plan["T"], L + "fc2", r, self.e0,
+            self._probe(L + "fc", plan["BIG"], n_inner, stride=hr)
+            self._gathered_linear((layer, 3), plan["BIG"], L + "fc", hr, plan["T"], L + "fc2", r, self.e0,
                                   plan["H"])
             self._probe(L + "fc2", plan["T"], d, stride=r)
             residual = L + "res2"
@@ -245,7 +245,7 @@ class CardBuilder:
         self._layernorm(plan["X"], LAST_ROW, residual, plan["LNF"], "ln_f", 1, plan["LNFP"], "ln_f params",
                         plan["SF"])
         vocab = self.v1 - self.v0
-        self._linear((dims.n_layer, 0), plan["LNF"], "ln_f", d, plan["LOGITS"], "logits", vocab, rows=1)
+        self._linear((dims.n_layer, 0), plan["LNF"], "ln_f", r, plan["LOGITS"], "logits", vocab, rows=1)
         if vocab:
             self._probe("logits", plan["LOGITS"], vocab, rows="last", segments=[[self.v0, self.v1, 0, 1.0]])
             a(Opcode.STORE, dst=host(ctx.logits_offset), src1=abuf(plan["LOGITS"]), rows=1, n=vocab,
@@ -543,7 +543,7 @@ class CardBuilder:
     def _weighted_values(self, layer: int, h: int, scores: int, values_t: int, value_name: str) -> None:
         plan, hd, tmax = self.plan, self.ctx.dims.head_dim, self.score_row
         self.asm(Opcode.MATMUL, dst=abuf(plan["BIG"] + (self.h0 + h) * hd), src1=abuf(scores), src2=wbuf(values_t),
-                 rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.ctx.dims.n_embd, src1_stride=tmax,
+                 rows=reg(ROWS), n=hd, k=reg(TOKENS), dst_stride=self.row, src1_stride=tmax,
                  src2_stride=self.kv_area.value_row, writes=f"L{layer}.attn",
                  reads=(self._head_names(layer, h)[0], value_name))
 

@@ -63,13 +63,15 @@ def lm_head_align(config) -> int:
     return math.lcm(config.buffer_chunk_words, config.mpu_lanes)
 
 
-def activation_row(d: int, config) -> int:
-    """Words from one row of n_embd activations to the next where the vector unit reads them (the residual stream X,
-    the LayerNorm output H, the scratch T) and from one LayerNorm parameter vector to the next; also from one
-    position-embedding row to the next in HBM (wpe): n_embd rounded up to vector_align and the HBM beat, so that
-    every such row starts on the vector unit's boundaries (hw/resolved.misaligned_vector) and the embedding's
-    GATHER and LOAD write X and T directly (misaligned_transfer). n_embd itself at GPT-2's sizes."""
-    return align_up(d, math.lcm(config.vector_align, config.beat_words))
+def activation_row(width: int, config) -> int:
+    """Words from one row of `width` activations to the next where a unit reads them (n_embd: the residual stream X,
+    the LayerNorm output H, the scratch T, the gathered attention output; n_inner: the gathered MLP hidden layer)
+    and from one LayerNorm parameter vector to the next; also from one position-embedding row to the next in HBM
+    (wpe): `width` rounded up to vector_align, weight_align and the HBM beat, so that every such row starts on the
+    vector unit's boundaries (hw/resolved.misaligned_vector), a MATMUL with INT8 weights reads it as whole memory
+    rows (misaligned_weights), and the embedding's GATHER and LOAD write X and T directly (misaligned_transfer).
+    The width itself at GPT-2's sizes."""
+    return align_up(width, math.lcm(config.vector_align, config.weight_align, config.beat_words))
 
 
 def score_row(max_context: int, config) -> int:
@@ -254,9 +256,10 @@ class AbufPlan:
 
     Per-row regions (row stride in brackets; R = activation_row, n_embd at GPT-2's sizes): X residual stream [R],
     H LayerNorm output [R], T scratch and projection outputs [R] (sized for max(R, CardShape.staged_fc)),
-    S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered attention output [D] at BIG, the
+    S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered attention output [R] at BIG, the
     local Q|K|V [3 Hl hd] at QKV (R words a row after BIG) and the score areas [score_row] at SCORES (QKV's width
-    on vector_align after QKV); later the gathered MLP hidden layer [n_inner] over all of it. Fixed regions:
+    on vector_align after QKV); later the gathered MLP hidden layer [activation_row of n_inner] over all of it.
+    Fixed regions:
     LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm's (gamma, beta R
     words apart) and output, and the logits. Every region but QKV and SCORES (which no transfer from HBM writes)
     starts on region_align, SCORES on vector_align. The card's KV areas are in WBUF (KVPlan): `kv_areas` areas of
@@ -335,7 +338,8 @@ def _per_row(config, d: int, n_inner: int, qkv_width: int, max_context: int, sco
              staged_fc: int) -> dict:
     row = activation_row(d, config)
     return {"X": row, "H": row, "T": max(row, staged_fc), "S": STAT_WORDS,
-            "BIG": max(n_inner, row + _qkv_row(qkv_width, config) + score_areas * score_row(max_context, config))}
+            "BIG": max(activation_row(n_inner, config),
+                       row + _qkv_row(qkv_width, config) + score_areas * score_row(max_context, config))}
 
 
 def _qkv_row(qkv_width: int, config) -> int:
