@@ -46,7 +46,7 @@ def test_u280_core_faults_end_with_the_simulators_error(sim):
     (the card's 2^32 words), a vector operand, matrix weights or an HBM LOAD's words off their boundaries (32 words
     in: a multiple of the 32-word beat and of sim-small's 8, not of u280's 64-word vector_align and weight_align,
     so only the u280 rule catches the first two; the beat's 16 in the last) each stop the run with the
-    functional simulator's DeviceError subclass naming card 0, pc 0. About a minute once built."""
+    functional simulator's DeviceError subclass naming card 0, pc 0. About 30 seconds once built."""
     config = get_config("u280", 1)
     device = RtlDevice(config, simulator=sim)
     wrong = []

@@ -259,9 +259,8 @@ class AbufPlan:
     S statistics [STAT_WORDS], and BIG, reused over a layer: first the gathered attention output [R] at BIG, the
     local Q|K|V [3 Hl hd] at QKV (R words a row after BIG) and the score areas [score_row] at SCORES (QKV's width
     on vector_align after QKV); later the gathered MLP hidden layer [activation_row of n_inner] over all of it.
-    Fixed regions:
-    LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm's (gamma, beta R
-    words apart) and output, and the logits. Every region but QKV and SCORES (which no transfer from HBM writes)
+    Fixed regions: LayerNorm parameters (two layers' blocks of ln_block words, alternating), the final LayerNorm's
+    (gamma, beta R words apart) and output, and the logits. Every region but QKV and SCORES (which no transfer from HBM writes)
     starts on region_align, SCORES on vector_align. The card's KV areas are in WBUF (KVPlan): `kv_areas` areas of
     `kv_group` heads from `kv_start`.
     """
