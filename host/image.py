@@ -215,6 +215,13 @@ class ApplianceImage:
         manifest["digest"] = _digest(manifest)
         return manifest
 
+    def digest(self) -> str:
+        """The digest of the manifest `save` would write for this image (its programs, HBM contents, config and
+        meta): equal digests, the same image."""
+        files = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                 for name, data in self._card_file_bytes()}
+        return self._manifest(files)["digest"]
+
     def _card_file_bytes(self):
         """(name, contents) of every card file, one at a time."""
         from safetensors.numpy import save

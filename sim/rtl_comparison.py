@@ -35,7 +35,8 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
     simulator. Returns the record of
     scripts/rtl_u280.py's `runs` (bit_identical, per-run cycles of both, the build's figures where this process or
     an earlier one built it, the RTL's cycles per wall second; per run, each card's [cycles, busy cycles per unit]
-    on both sides: `rtl_cards`, `model_cards`; the digest of the RTL's sources, runner.sources_digest)."""
+    on both sides: `rtl_cards`, `model_cards`; the digests of the RTL's sources, runner.sources_digest, and of the
+    compiled image, ApplianceImage.digest: the record holds while both are today's)."""
     side = SimulatorSide(config, model, prompt_tokens=prompt_tokens, decode_runs=decode_runs, max_context=max_context,
                          weights=weights)
     golden, model_cycles = side.result, side.cycles
@@ -60,6 +61,7 @@ def compare_with_simulator(config: ArchConfig, model: str, *, simulator: str = "
             **{key: getattr(side.net.config, key) for key in ("n_layer", "n_embd", "n_head", "vocab_size")},
             "prompt_tokens": prompt_tokens, "decode_runs": len(result.decode_runs), "max_context": max_context,
             "simulator": simulator, "sources_digest": runner.sources_digest(design.component),
+            "image_digest": side.image.digest(),
             "bit_identical": bool(identical), **difference, "rtl_cycles": rtl_cycles, "model_cycles": model_cycles,
             "model_error_pct": [round(100 * (m - r) / r, 2) for m, r in zip(model_cycles, rtl_cycles)],
             "rtl_cards": [cards for _, _, cards in device.runs], "model_cards": side.cards,
@@ -78,8 +80,7 @@ class SimulatorSide:
 
     def __init__(self, config: ArchConfig, model: str, *, prompt_tokens: int = 8, decode_runs: int = 2,
                  max_context: int = 64, weights: str = "fp16"):
-        self.net = load_model(model, seed=7)
-        self.image = compile_model(self.net, config, max_context, weights=weights)
+        self.net, self.image = compiled(config, model, max_context=max_context, weights=weights)
         vocab = self.net.config.vocab_size
         self.prompt = [(37 * i + 11) % vocab for i in range(prompt_tokens)]
         self.sampling = SamplingConfig(max_new_tokens=decode_runs + 1, stop_at_eos=False)
@@ -90,6 +91,13 @@ class SimulatorSide:
         self.cycles = [round((run.variants[TESTBENCH_TIMING] - testbench.launch_overhead_us * 1e-6)
                              * testbench.clock_mhz * 1e6) for run in self.result.runs]
         self.cards = [cards for _, _, cards in device.runs]
+
+
+def compiled(config: ArchConfig, model: str, *, max_context: int = 64, weights: str = "fp16") -> tuple:
+    """(the model, its image): `model` (a load_model spec, seed 7) compiled for `config` with `weights`, as both
+    sides of a comparison run it."""
+    net = load_model(model, seed=7)
+    return net, compile_model(net, config, max_context, weights=weights)
 
 
 def logit_difference(got: np.ndarray, want: np.ndarray) -> dict:

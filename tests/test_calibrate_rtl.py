@@ -36,13 +36,16 @@ def test_the_u280_section_puts_the_recorded_rtl_beside_the_model_now(load_script
     slower = [[[cycles + 10, busy] for cycles, busy in cards] for cards in side.cards]   # the RTL 10 cycles longer
     entry = {"config": config.name, "model": spec, "weights": "fp16", "prompt_tokens": 2, "decode_runs": 1,
              "max_context": 16, "simulator": "verilator", "commit": "abc1234", "bit_identical": True,
-             "rtl_cards": slower, "sources_digest": runner.sources_digest(design_of(config).component)}
+             "rtl_cards": slower, "sources_digest": runner.sources_digest(design_of(config).component),
+             "image_digest": side.image.digest()}
     record = tmp_path / "rtl_u280.json"
-    record.write_text(json.dumps({"runs": [entry, {**entry, "sources_digest": "other"}]}))
+    record.write_text(json.dumps({"runs": [entry, {**entry, "sources_digest": "other"},
+                                           {**entry, "image_digest": "other"}, {**entry, "image_digest": None}]}))
     text = "\n".join(script.u280_sections(record))
     for (cycles, _), label in zip((cards[0] for cards in side.cards), ("prompt pos 0, 2 rows", "decode pos 2, 1 rows")):
-        assert f"| {label} | {cycles + 10} | {cycles} | {100 * -10 / (cycles + 10):+.1f} % |" in text
-    assert "on other RTL sources than today's" in text
+        assert text.count(f"| {label} | {cycles + 10} | {cycles} | {100 * -10 / (cycles + 10):+.1f} % |") == 1
+    assert text.count("on other RTL sources than today's") == 1
+    assert text.count("from another compiled image than today's") == 2    # another image's programs, or none kept
     assert "No record" in script.u280_sections(tmp_path / "missing.json")[0]
 
 

@@ -495,3 +495,13 @@ def test_fuzz_manifest_through_the_cache_loader_raises_only_image_error(saved_fi
     except ImageError:
         return
     assert image.config.cards == len(image.cards) == 2
+
+
+def test_an_images_digest_is_the_one_its_saved_manifest_records_and_follows_its_contents(tmp_path):
+    image = hand_image()
+    image.save(tmp_path / "image")
+    manifest = json.loads((tmp_path / "image" / "manifest.json").read_text())
+    assert image.digest() == manifest["digest"] == ApplianceImage.load(tmp_path / "image").digest()
+    assert hand_image(fill=2.0).digest() != image.digest()              # other HBM words
+    assert hand_image(words=5).digest() != image.digest()               # another segment
+    assert hand_image(cards=2).digest() != image.digest()
