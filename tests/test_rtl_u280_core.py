@@ -9,7 +9,8 @@ size"; issue 33)."""
 import numpy as np
 import pytest
 
-from ringgpt.host.device import AddressFault, AlignmentFault
+from ringgpt.host.device import (AddressFault, AlignmentFault, CollectiveMismatchError, IllegalInstructionFault,
+                                 RingDeadlockError)
 from ringgpt.hw.assembly import assemble
 from ringgpt.hw.config import get_config
 from ringgpt.sim.functional import SimulatorDevice
@@ -28,6 +29,7 @@ def test_u280_core_generates_bit_identical_logits(sim):
 
 
 U280_FAULTS = {  # name: (the word at pc 0 of a one-card program, the DeviceError both back ends raise)
+    "an illegal word": (0x3F, IllegalInstructionFault),                  # opcode 0x3f does not exist
     "an address past ABUF": ("LOAD dst=ABUF[0] src1=ABUF[{abuf_end}] rows=1 n=64", AddressFault),
     "an address past HBM": ("LOAD dst=ABUF[0] src1=HBM[4294967264] rows=1 n=64", AddressFault),
     "a vector operand off its boundary": ("VADD dst=ABUF[0] src1=ABUF[32] src2=IMM[0x3c00] rows=1 n=64",
@@ -42,26 +44,65 @@ U280_FAULTS = {  # name: (the word at pc 0 of a one-card program, the DeviceErro
 @pytest.mark.slow
 @pytest.mark.parametrize("sim", ["verilator"], indirect=True)
 def test_u280_core_faults_end_with_the_simulators_error(sim):
-    """Bad words on the whole u280 core (the build of the test above, pause off): an address past ABUF or past HBM
-    (the card's 2^32 words), a vector operand, matrix weights or an HBM LOAD's words off their boundaries (32 words
-    in: a multiple of the 32-word beat and of sim-small's 8, not of u280's 64-word vector_align and weight_align,
-    so only the u280 rule catches the first two; the beat's 16 in the last) each stop the run with the
-    functional simulator's DeviceError subclass naming card 0, pc 0. About 30 seconds once built."""
+    """Bad words on the whole u280 core (the build of the test above, pause off): an illegal word (both back ends
+    refuse the image at load, as every back end checks it), an address past ABUF or past HBM (the card's 2^32
+    words), a vector operand, matrix weights or an HBM LOAD's words off their boundaries (32 words in: a multiple
+    of the 32-word beat and of sim-small's 8, not of u280's 64-word vector_align and weight_align, so only the u280
+    rule catches the first two; the beat's 16 in the last) each stop the run with the functional simulator's
+    DeviceError subclass naming card 0, pc 0. About 30 seconds once built."""
     config = get_config("u280", 1)
     device = RtlDevice(config, simulator=sim)
     wrong = []
     try:
         for name, (line, error) in U280_FAULTS.items():
-            text = line.format(abuf_end=config.abuf_words - 32) + "\nHALT"
-            image = program_image(config, [assemble(text)])
+            if isinstance(line, int):
+                words = [line, *(inst.encode() for inst in assemble("HALT"))]
+            else:
+                words = assemble(line.format(abuf_end=config.abuf_words - 32) + "\nHALT")
+            image = program_image(config, [words])
             for label, back_end in (("functional simulator", SimulatorDevice(config)), ("RTL", device)):
-                back_end.load(image)
                 try:
+                    back_end.load(image)
                     back_end.run(0, 1)
                     wrong.append(f"{name}: the {label} ran it")
                 except error as caught:
                     if (caught.card, caught.pc) != (0, 0):
                         wrong.append(f"{name}: the {label} names card {caught.card} pc {caught.pc}")
+    finally:
+        device.close()
+    assert not wrong, wrong
+
+
+def _ring_faults() -> dict:
+    """name: (the two cards' programs, the DeviceError): all-gathers of 2 and 3 rows, and a RECV nothing sends."""
+    gather = "ALLGATHER dst=ABUF[0] src1=ABUF[{k}] rows={rows} n=64 k={k} dst_stride=128 src1_stride=128"
+    return {"mismatched all-gathers": ([assemble(gather.format(k=64 * card, rows=rows) + "\nHALT")
+                                        for card, rows in enumerate((2, 3))], CollectiveMismatchError),
+            "a RECV nothing sends": ([assemble("RECV dst=ABUF[0] rows=1 n=64 dst_stride=64\nHALT"), assemble("HALT")],
+                                     RingDeadlockError)}
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", ["verilator"], indirect=True)
+def test_u280_ring_faults_end_with_the_simulators_error(sim):
+    """On a ring of two whole u280 cores (the build of `python scripts/rtl_u280.py --cards 2`, pause off), mismatched
+    all-gathers and a RECV that nothing sends end with the functional simulator's DeviceError subclass, the
+    second at the cycle limit (a ring that never delivers), with card 0 stopped at pc 0 among the cards named."""
+    config = get_config("u280", 2)
+    device = RtlDevice(config, simulator=sim, cycle_limit=5000)
+    wrong = []
+    try:
+        for name, (programs, error) in _ring_faults().items():
+            image = program_image(config, programs)
+            for label, back_end in (("functional simulator", SimulatorDevice(config)), ("RTL", device)):
+                try:
+                    back_end.load(image)
+                    back_end.run(0, 1)
+                    wrong.append(f"{name}: the {label} ran it")
+                except error as caught:
+                    if not any((card, pc) == (0, 0) for card, pc, *_ in caught.cards):
+                        wrong.append(f"{name}: the {label} names {caught.cards}")
     finally:
         device.close()
     assert not wrong, wrong
