@@ -30,7 +30,7 @@ from ringgpt.sim.calibration import (AXIRAM_LATENCY, HEADER, TESTBENCH, Recordin
 from ringgpt.sim.cocotb_support import runner
 from ringgpt.sim.functional import SimulatorDevice
 from ringgpt.sim.rtl.device import RtlDevice, design_of
-from ringgpt.sim.rtl_comparison import SimulatorSide, compiled
+from ringgpt.sim.rtl_comparison import SimulatorSide, stale_because
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {1: "synthetic:n_layer=1,n_embd=32,n_head=2,vocab_size=64",
@@ -102,17 +102,6 @@ def main() -> int:
     args.out.write_text(text)
     print(text)
     return 0
-
-
-def stale_because(entry: dict, config) -> str | None:
-    """Why a record of scripts/rtl_u280.py no longer describes today's runs (None while it does): other RTL sources,
-    or another compiled image (the programs the RTL ran, the compiler's or the model's change)."""
-    if entry.get("sources_digest") != runner.sources_digest(design_of(config).component):
-        return "on other RTL sources than today's (or before the record kept per-unit counters)"
-    _, image = compiled(config, entry["model"], max_context=entry["max_context"], weights=entry["weights"])
-    if entry.get("image_digest") != image.digest():
-        return "from another compiled image than today's (or before the record kept its digest)"
-    return None
 
 
 def u280_sections(record: Path) -> list:

@@ -100,6 +100,17 @@ def compiled(config: ArchConfig, model: str, *, max_context: int = 64, weights: 
     return net, compile_model(net, config, max_context, weights=weights)
 
 
+def stale_because(entry: dict, config: ArchConfig) -> str | None:
+    """Why a record of scripts/rtl_u280.py no longer describes today's runs (None while it does): other RTL sources,
+    or another compiled image (the programs the RTL ran, the compiler's or the model's change)."""
+    if entry.get("sources_digest") != runner.sources_digest(design_of(config).component):
+        return "on other RTL sources than today's (or before the record kept per-unit counters)"
+    _, image = compiled(config, entry["model"], max_context=entry["max_context"], weights=entry["weights"])
+    if entry.get("image_digest") != image.digest():
+        return "from another compiled image than today's (or before the record kept its digest)"
+    return None
+
+
 def logit_difference(got: np.ndarray, want: np.ndarray) -> dict:
     """Where the RTL's logits (one row a generated token) leave the simulator's: how many differ in bits, the
     first row that does, the largest absolute difference and the largest relative to the row's largest magnitude

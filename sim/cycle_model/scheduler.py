@@ -13,6 +13,7 @@ from ringgpt.hw.resolved import Resolved, hazard, scoreboard_ranges
 from .costs import instruction_class, instruction_cost
 from .fetch import FETCH_TO_DECISION, _FetchTimes
 from .report import CardReport, CycleReport
+from .shared_reads import blocked_cycles, reads_abuf, reads_tiles
 
 
 _ALLGATHER, _RECV = "allgather", "recv"
@@ -42,6 +43,10 @@ class _Costed(NamedTuple):
     """(unit_name, cls, op_name): the key the schedule adds busy cycles under."""
     moves: bool
     """Whether any of the byte counts is non-zero."""
+    reads_abuf: bool
+    """A DMA instruction that reads ABUF through the unit's one ABUF read (shared_reads.reads_abuf)."""
+    reads_tiles: bool
+    """A vector or matrix instruction that reads ABUF through a tile port (shared_reads.reads_tiles)."""
 
 
 _KINDS = {Opcode.BARRIER: "drain", Opcode.HALT: "drain", Opcode.ALLGATHER: _ALLGATHER, Opcode.RECV: _RECV,
@@ -84,7 +89,8 @@ def _derive(r: Resolved, cfg: ArchConfig) -> _Costed:
     cls = instruction_class(r)
     moved = (hbm_read, cost.hbm_bytes - hbm_read, cost.ring_bytes, cost.host_bytes)
     return _Costed(cost.unit, cost.unit._value_, kind, cost.cycles, reads, writes, spaces, cost.unit.name, cls,
-                   r.op.name, *moved, (cost.unit.name, cls, r.op.name), any(moved))
+                   r.op.name, *moved, (cost.unit.name, cls, r.op.name), any(moved),
+                   cost.unit is Unit.DMA and reads_abuf(r), reads_tiles(r))
 
 
 QUEUE_TO_UNIT = 2
@@ -113,6 +119,7 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
     inflight = []                   # (done, unit, read spaces, written spaces, reads, writes) of instructions that
     #                                 may still block
     last_done = 0
+    readers = []                    # (take, done, r) of DMA instructions reading ABUF through the unit's one read
     outgoing = links[report.card]
     timeline, busy_by_key = report.timeline, {}
     hbm_read = hbm_write = ring_bytes = host_bytes = 0
@@ -170,6 +177,12 @@ def _card_timeline(trace, cfg: ArchConfig, report: CardReport, links: dict, last
             if kind == _ALLGATHER or kind == _RECV:
                 start = yield kind, start
             done = start + c.cycles
+            if c.reads_abuf:
+                readers.append((start, done, r))
+            elif c.reads_tiles and readers:
+                readers = [reader for reader in readers if reader[1] > start]
+                if readers:         # its tile reads wait while the DMA's reads take their memories
+                    done += blocked_cycles(start, r, [(take, reader) for take, _, reader in readers], cfg)
             busy = done - ready     # a router waiting for the other cards is busy (the RTL's counter)
             if kind == "send":
                 outgoing.append(done + cfg.ring_latency_cycles)

@@ -1,0 +1,145 @@
+"""ABUF's shared reads against the tile ports (hw/core/buffers.py, BankedBuffer._reads): each cycle a memory serves
+the shared read granted to it first, and a tile port's chunk only when no shared read takes the memory. The DMA
+unit's one ABUF read (hw/core/dma.py) takes a memory in every cycle of a STORE from ABUF (a beat a cycle, or a word
+a cycle transposed: `_store_reads`) and of an on-chip copy's reads (a chunk a cycle); meanwhile a vector or matrix
+instruction whose next operand chunk lies in the memory being read waits, frozen (`blocked_cycles`). The units'
+own costs (costs.instruction_cost, their bank stalls alone) leave these waits out; the schedule adds them.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ringgpt.hw.banks import memory_of
+from ringgpt.hw.config import ArchConfig
+from ringgpt.hw.core.timing import PortTiming
+from ringgpt.hw.intmath import ceil_div
+from ringgpt.hw.isa import OPCODES, Opcode, Space, Unit, weight_words
+from ringgpt.hw.resolved import Resolved
+
+from .stalls import _beat_times, vector_operands
+from .timing import unit_timing
+
+READ_START = 2
+"""Cycles from a unit's take of an instruction to its first buffer read (IDLE takes it, CHECK, RUN reads)."""
+STORE_READ_START = READ_START + PortTiming.request_cycles
+"""Cycles from the DMA unit's take of a STORE to its first ABUF read: RUN offers the first job, which reaches the
+engine's burst request `request_cycles` later, and the engine reads the beat's words as it queues the burst."""
+
+
+def _reads(times, masks) -> tuple:
+    """(times, masks) as tuples of ints, in the order of `times` (what the schedule keeps and compares)."""
+    times, masks = np.asarray(times, np.int64).ravel(), np.asarray(masks, np.int64).ravel()
+    order = np.argsort(times, kind="stable")
+    return tuple(times[order].tolist()), tuple(masks[order].tolist())
+
+
+def _masks(first, last, cfg: ArchConfig) -> np.ndarray:
+    """The memories (a bit mask) of reads whose words run from `first` to `last` (word addresses)."""
+    C, banks = cfg.buffer_chunk_words, cfg.buffer_banks
+    first, last = np.asarray(first, np.int64), np.asarray(last, np.int64)
+    return (np.left_shift(1, memory_of(first, C, banks))
+            | np.left_shift(1, memory_of(last, C, banks))).astype(np.int64)
+
+
+def reads_abuf(r: Resolved) -> bool:
+    """Whether a DMA instruction reads ABUF through the unit's one ABUF read (a STORE from ABUF, an on-chip copy)."""
+    return r.op in (Opcode.LOAD, Opcode.STORE) and r.src1[0] is Space.ABUF and r.rows > 0 and r.n > 0
+
+
+def reads_tiles(r: Resolved) -> bool:
+    """Whether a vector instruction, or a MATMUL or MASKED_QK with its x in ABUF, reads ABUF through a tile port."""
+    return r.rows > 0 and r.n > 0 and (OPCODES[r.op].unit is Unit.VECTOR or (
+        r.op in (Opcode.MATMUL, Opcode.MASKED_QK) and r.src1[0] is Space.ABUF))
+
+
+@functools.lru_cache(maxsize=1024)
+def abuf_reads(r: Resolved, cfg: ArchConfig):
+    """(cycles from the DMA unit's take, memories as a bit mask) of each read of an instruction that reads_abuf
+    through the unit's one ABUF read (`DMAUnit.read_words` wide: it claims the memories of both chunks its words
+    could span unless it starts a chunk), in order: a STORE, one beat a cycle, each read at the ABUF word of the
+    beat's lane 0 (transposed: a job, so a read, a word); an on-chip copy, one chunk of vector_width words a cycle
+    (transposed: the tile's fill reads, one source row each, the drains between tiles reading nothing;
+    DMATiming.steps)."""
+    rows, n, base, stride = r.rows, r.n, r.src1[1], r.src1_stride
+    transpose, wide = bool(r.flags.transpose), max(cfg.vector_width, cfg.beat_words) - 1
+    if r.op is Opcode.STORE:
+        B, x0, x_stride = cfg.beat_words, r.dst[1], r.dst_stride
+        if transpose:       # a job a word: word u of row v (u outer) to off-chip word x0 + u * x_stride + v
+            u, v = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(rows), indexing="ij"))
+            first = base + u + v * stride - (x0 + u * x_stride + v) % B
+        else:               # each row's beats, at the off-chip beats' lane 0
+            x = x0 + np.arange(rows, dtype=np.int64) * x_stride
+            delta = base + np.arange(rows, dtype=np.int64) * stride - x
+            first = np.concatenate([np.arange(a // B * B, a + n, B) + d for a, d in zip(x.tolist(), delta.tolist())])
+        return _reads(STORE_READ_START + np.arange(first.size), _masks(first, first + wide, cfg))
+    P = cfg.vector_width
+    if not transpose:       # rows x chunks steps, a chunk of P words each
+        k, t = np.meshgrid(np.arange(rows), np.arange(ceil_div(n, P)), indexing="ij")
+        first = (base + k * stride + t * P).ravel()
+        return _reads(READ_START + np.arange(first.size), _masks(first, first + wide, cfg))
+    times, firsts, now = [], [], READ_START
+    for r0 in range(0, rows, P):
+        for c0 in range(0, n, P):
+            R, C = min(P, rows - r0), min(P, n - c0)
+            times.extend(range(now, now + R))
+            firsts.extend(base + (r0 + i) * stride + c0 for i in range(R))
+            now += R + 1 + C
+    first = np.asarray(firsts, np.int64)
+    return _reads(times, _masks(first, first + wide, cfg))
+
+
+@functools.lru_cache(maxsize=1024)
+def tile_steps(r: Resolved, cfg: ArchConfig):
+    """(cycles from the unit's take, memories as a bit mask) of the ABUF reads of a vector instruction's issue steps
+    (its ABUF operands, VectorTiming.step_words a step) or of a MATMUL's or MASKED_QK's beats (its x tile, as
+    stalls._beat_times issues them), in order, of an instruction that reads_tiles."""
+    if OPCODES[r.op].unit is Unit.VECTOR:
+        t = unit_timing(cfg)["vector"]
+        step = t["step"][r.op]
+        chunks, loop = ceil_div(r.n, step), t["loop"]
+        rows, chunk = np.meshgrid(np.arange(r.rows), np.arange(chunks), indexing="ij")
+        if OPCODES[r.op].reduction == "sum" and r.rows < loop:      # each round of the rows waits for the loop
+            times = chunk * loop + rows
+        elif OPCODES[r.op].reduction == "sum":
+            times = chunk * r.rows + rows
+        else:
+            times = rows * chunks + chunk
+        masks = 0
+        for address, stride, scalar in vector_operands(r, cfg):
+            first = address + rows * stride + (0 if scalar else chunk * step)
+            masks = masks | _masks(first, first, cfg)
+        return _reads(READ_START + times, np.broadcast_to(masks, times.shape))
+    W = cfg.mac_width
+    int8 = bool(r.flags.int8)
+    words = 2 * W if int8 else W                                    # the x words a beat multiplies
+    groups, tiles = ceil_div(r.n, cfg.mpu_lanes), ceil_div(weight_words(r.k, int8), W)
+    issued = _beat_times(r.rows * groups, tiles, cfg)                # [pair, tile]
+    pair, tile = np.meshgrid(np.arange(r.rows * groups), np.arange(tiles), indexing="ij")
+    first = r.src1[1] + (pair // groups) * r.src1_stride + tile * words
+    return _reads(READ_START + issued, _masks(first, first + words - 1, cfg))
+
+
+def blocked_cycles(start: int, r: Resolved, readers: list, cfg: ArchConfig) -> int:
+    """Cycles the tile reads of `r` (tile_steps, from its unit's take at `start`) wait for `readers` (each (the DMA
+    unit's take of it, a DMA instruction that reads_abuf)): a step whose memories a reader takes in that cycle
+    waits a cycle, and every later step with it (the unit is frozen). The instructions' card does not enter."""
+    times, masks = tile_steps(r._replace(card=0), cfg)
+    lo = start + times[0]
+    taken: dict = {}
+    for origin, reader in readers:
+        read_times, read_masks = abuf_reads(reader._replace(card=0), cfg)
+        for when, mask in zip(read_times, read_masks):
+            cycle = origin + when
+            if cycle >= lo:
+                taken[cycle] = taken.get(cycle, 0) | mask
+    if not taken:
+        return 0
+    shift = 0
+    for when, mask in zip(times, masks):
+        cycle = start + when + shift
+        while taken.get(cycle, 0) & mask:
+            cycle += 1
+        shift = cycle - start - when
+    return shift
