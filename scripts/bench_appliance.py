@@ -16,7 +16,8 @@ bit-exact functional simulator generating with GPT-2 124M (synthetic weights) on
 and of this process's CPU time (the latter is steadier on a shared machine). The GPU: the reference path measured
 on an H100 (--gpu-baseline) and the H200 figures quoted in issue 34 (--gpu-quoted), read from docs/bench/, never
 measured here. Writes bench_appliance.json and bench_appliance.png to --out and prints tables. --keep takes the
-host measurements (host_path, simulation) from an earlier JSON instead of measuring them again.
+host measurements (host_path's host stages, simulation) from an earlier JSON instead of measuring them again, with
+this run's device times.
 
 Accuracy is not checked here, and the output says so (ACCURACY_NOTE): the modeled figures come from runs without
 arithmetic, and the simulation-speed run does not compare with the reference. The accuracy of the same programs at
@@ -211,6 +212,22 @@ def host_path(results: list, logits: np.ndarray) -> dict:
             out[r["label"]][mode] = {label: hostpath.breakdown(variants[label], device_by_label[label]["device_ms"] / 1e3, cost)
                                      for label in (HEADLINE, "conservative")}
     return out
+
+
+def rebased_host_path(kept: dict, results: list) -> dict:
+    """An earlier run's host_path with each entry's device time (and so its total and host share) this run's: the
+    host stages (launch, transfers, conversion, sampling) do not depend on the device's figures."""
+    out = {}
+    for r in results:
+        device_by_label = r["decode"][DECODE_POSITIONS[0]]["variants"]
+        out[r["label"]] = {}
+        for mode, sets in kept.get(r["label"], {}).items():
+            out[r["label"]][mode] = {}
+            for label, parts in sets.items():
+                device = device_by_label[label]["device_ms"] / 1e3
+                out[r["label"]][mode][label] = {**parts, "device": device, "total": parts["host"] + device,
+                                                "host_share": parts["host"] / device}
+    return {label: modes for label, modes in out.items() if modes}
 
 
 def simulation_speed(tokens: int) -> dict:
@@ -479,7 +496,7 @@ def main(out: str, sim_tokens: int, max_context: int, gpu_baseline: Path, gpu_qu
     kept = None
     if keep is not None:
         earlier = json.loads(keep.read_text())   # read before anything is written (it may be the output)
-        host, sim = earlier["host_path"], earlier["simulation"]
+        host, sim = rebased_host_path(earlier["host_path"], results), earlier["simulation"]
         kept = earlier.get("kept_from") or {"path": str(keep), "entries": ["host_path", "simulation"]}
     else:
         host = host_path(results, representative_logits())

@@ -94,7 +94,8 @@ def abuf_reads(r: Resolved, cfg: ArchConfig):
 def tile_steps(r: Resolved, cfg: ArchConfig):
     """(cycles from the unit's take, memories as a bit mask) of the ABUF reads of a vector instruction's issue steps
     (its ABUF operands, VectorTiming.step_words a step) or of a MATMUL's or MASKED_QK's beats (its x tile, as
-    stalls._beat_times issues them), in order, of an instruction that reads_tiles."""
+    stalls._beat_times issues them, read only where it differs from the previous beat's: hw/core/matrix.py keeps
+    it), in order, of an instruction that reads_tiles."""
     if OPCODES[r.op].unit is Unit.VECTOR:
         t = unit_timing(cfg)["vector"]
         step = t["step"][r.op]
@@ -118,13 +119,18 @@ def tile_steps(r: Resolved, cfg: ArchConfig):
     issued = _beat_times(r.rows * groups, tiles, cfg)                # [pair, tile]
     pair, tile = np.meshgrid(np.arange(r.rows * groups), np.arange(tiles), indexing="ij")
     first = r.src1[1] + (pair // groups) * r.src1_stride + tile * words
-    return _reads(READ_START + issued, _masks(first, first + words - 1, cfg))
+    order = np.argsort(issued.ravel(), kind="stable")
+    issued, first = issued.ravel()[order], first.ravel()[order]
+    read = np.ones(first.size, bool)
+    read[1:] = first[1:] != first[:-1]
+    return _reads(READ_START + issued[read], _masks(first[read], first[read] + words - 1, cfg))
 
 
 def blocked_cycles(start: int, r: Resolved, readers: list, cfg: ArchConfig) -> int:
     """Cycles the tile reads of `r` (tile_steps, from its unit's take at `start`) wait for `readers` (each (the DMA
-    unit's take of it, a DMA instruction that reads_abuf)): a step whose memories a reader takes in that cycle
-    waits a cycle, and every later step with it (the unit is frozen). The instructions' card does not enter."""
+    unit's take of it, a DMA instruction that reads_abuf)): each cycle a step is served the memories it still
+    needs that no reader takes (the tile port keeps what it was given), and it waits until it has them all, every
+    later step with it (the unit is frozen). The instructions' card does not enter."""
     times, masks = tile_steps(r._replace(card=0), cfg)
     lo = start + times[0]
     taken: dict = {}
@@ -137,9 +143,11 @@ def blocked_cycles(start: int, r: Resolved, readers: list, cfg: ArchConfig) -> i
     if not taken:
         return 0
     shift = 0
-    for when, mask in zip(times, masks):
+    for when, pending in zip(times, masks):
         cycle = start + when + shift
-        while taken.get(cycle, 0) & mask:
+        pending &= taken.get(cycle, 0)
+        while pending:
             cycle += 1
+            pending &= taken.get(cycle, 0)
         shift = cycle - start - when
     return shift
