@@ -24,18 +24,17 @@ STORE_ON_MEMORY_0 = "STORE dst=HBM[0] src1=ABUF[0] rows=64 n=1 dst_stride=8 src1
 
 def test_the_reads_of_a_store_and_of_on_chip_copies():
     store = Resolved(Opcode.STORE, rows=1, n=20, dst=(Space.HBM, 4), src1=(Space.ABUF, 84), dst_stride=20)
-    times, masks = abuf_reads(store, CFG)
+    times, masks = (a.tolist() for a in abuf_reads(store, CFG))
     # the row (HBM words 4..23) in the beats at 0, 8, 16: each read at the ABUF word of its lane 0, 80, 88, 96, 8
     # words wide (the unit's read: vector_width, the beat), one chunk each as each starts one
-    assert times == tuple(range(STORE_READ_START, STORE_READ_START + 3))
-    assert masks == (1 << 0, 1 << 1, 1 << 2)
+    assert (times, masks) == (list(range(STORE_READ_START, STORE_READ_START + 3)), [1 << 0, 1 << 1, 1 << 2])
     transposed = store._replace(n=3, dst_stride=16, src1=(Space.ABUF, 83), flags=Flags(transpose=1))
     # a job a word: HBM words 4, 20, 36 (lanes 4, 4, 4) from ABUF 83, 84, 85: reads at 79, 80, 81
-    assert abuf_reads(transposed, CFG) == ((STORE_READ_START, STORE_READ_START + 1, STORE_READ_START + 2),
-                                           ((1 << 4) | (1 << 0), 1 << 0, (1 << 0) | (1 << 1)))
+    assert [a.tolist() for a in abuf_reads(transposed, CFG)] == [
+        [STORE_READ_START, STORE_READ_START + 1, STORE_READ_START + 2], [(1 << 4) | (1 << 0), 1 << 0, (1 << 0) | (1 << 1)]]
     copy = Resolved(Opcode.LOAD, rows=2, n=12, dst=(Space.WBUF, 0), src1=(Space.ABUF, 40), src1_stride=16)
     # rows at 40 and 56, two chunks of 8 words each: 40, 48, 56, 64 (memories 0, 1, 2, 3)
-    assert abuf_reads(copy, CFG) == (tuple(range(READ_START, READ_START + 4)), (1, 2, 4, 8))
+    assert [a.tolist() for a in abuf_reads(copy, CFG)] == [list(range(READ_START, READ_START + 4)), [1, 2, 4, 8]]
     assert PortTiming.request_cycles == STORE_READ_START - READ_START
 
 

@@ -29,10 +29,10 @@ engine's burst request `request_cycles` later, and the engine reads the beat's w
 
 
 def _reads(times, masks) -> tuple:
-    """(times, masks) as tuples of ints, in the order of `times` (what the schedule keeps and compares)."""
+    """(times, masks) as flat int64 arrays in the order of `times`."""
     times, masks = np.asarray(times, np.int64).ravel(), np.asarray(masks, np.int64).ravel()
     order = np.argsort(times, kind="stable")
-    return tuple(times[order].tolist()), tuple(masks[order].tolist())
+    return times[order], masks[order]
 
 
 def _masks(first, last, cfg: ArchConfig) -> np.ndarray:
@@ -130,24 +130,65 @@ def blocked_cycles(start: int, r: Resolved, readers: list, cfg: ArchConfig) -> i
     """Cycles the tile reads of `r` (tile_steps, from its unit's take at `start`) wait for `readers` (each (the DMA
     unit's take of it, a DMA instruction that reads_abuf)): each cycle a step is served the memories it still
     needs that no reader takes (the tile port keeps what it was given), and it waits until it has them all, every
-    later step with it (the unit is frozen). The instructions' card does not enter."""
-    times, masks = tile_steps(r._replace(card=0), cfg)
-    lo = start + times[0]
-    taken: dict = {}
-    for origin, reader in readers:
-        read_times, read_masks = abuf_reads(reader._replace(card=0), cfg)
-        for when, mask in zip(read_times, read_masks):
-            cycle = origin + when
-            if cycle >= lo:
-                taken[cycle] = taken.get(cycle, 0) | mask
-    if not taken:
-        return 0
-    shift = 0
-    for when, pending in zip(times, masks):
-        cycle = start + when + shift
-        pending &= taken.get(cycle, 0)
+    later step with it (the unit is frozen). The instructions' card does not enter; remembered by the
+    instructions and their offsets (a model's layers meet alike)."""
+    victim = r._replace(card=0)
+    key = (victim, cfg, tuple((origin - start, reader._replace(card=0)) for origin, reader in readers))
+    if key not in _BLOCKED:
+        if len(_BLOCKED) >= _BLOCKED_LIMIT:
+            _BLOCKED.clear()
+        _BLOCKED[key] = _blocked(victim, [(offset, reader) for offset, reader in key[2]], cfg)
+    return _BLOCKED[key]
+
+
+_BLOCKED: dict = {}
+_BLOCKED_LIMIT = 1 << 14
+
+
+def _blocked(r: Resolved, readers: list, cfg: ArchConfig) -> int:
+    """blocked_cycles of `r` taken at cycle 0, its readers' takes relative to it: the steps replayed against the
+    memories the readers take in each cycle of a window from the first step the readers can meet on (the DMA unit
+    runs one instruction at a time, so no two readers read in one cycle)."""
+    times, masks = tile_steps(r, cfg)
+    reads = [(origin, *abuf_reads(reader, cfg)) for origin, reader in readers]
+    first = max(int(times[0]), min(origin + int(t[0]) for origin, t, _ in reads))
+    last = max(origin + int(t[-1]) + 1 for origin, t, _ in reads)       # nothing is read from here on
+    k = np.searchsorted(times, first)      # the steps before the window wait for nothing
+    margin = 1024
+    while first < last:
+        end = min(last, int(times[-1]) + 1 + margin)
+        taken = np.zeros(end - first, np.int64)
+        for origin, read_times, read_masks in reads:
+            a, b = np.searchsorted(read_times, [first - origin, end - origin])
+            taken[read_times[a:b] + (origin - first)] |= read_masks[a:b]
+        shift = _replay(times[k:] - first, masks[k:], taken, open_ended=end < last)
+        if shift is not None:
+            return shift
+        margin *= 8
+    return 0
+
+
+def _replay(steps: np.ndarray, masks: np.ndarray, taken: np.ndarray, open_ended: bool):
+    """The shift of the last of `steps` (cycles from the window's start, each needing the memories `masks`) when
+    each waits, and every later one with it, until it has been served its memories: each cycle it is given those
+    that `taken` (the memories read in each cycle of the window; none after it) leaves free. None when a wait runs
+    past an `open_ended` window (reads follow it)."""
+    end = taken.size
+    inside = np.flatnonzero(steps < end)
+    if not (taken[steps[inside]] & masks[inside]).any():        # nothing in the way at the steps' own cycles
+        return None if open_ended and inside.size < steps.size else 0
+    taken, shift = taken.tolist(), 0
+    for when, pending in zip(steps.tolist(), masks.tolist()):
+        cycle = when + shift
+        if cycle >= end:
+            return None if open_ended else shift
+        pending &= taken[cycle]
         while pending:
             cycle += 1
-            pending &= taken.get(cycle, 0)
-        shift = cycle - start - when
+            if cycle >= end:
+                if open_ended:
+                    return None
+                break
+            pending &= taken[cycle]
+        shift = cycle - when
     return shift
