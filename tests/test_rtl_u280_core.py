@@ -51,26 +51,34 @@ def test_u280_core_faults_end_with_the_simulators_error(sim):
     rule catches the first two; the beat's 16 in the last) each stop the run with the functional simulator's
     DeviceError subclass naming card 0, pc 0. About 30 seconds once built."""
     config = get_config("u280", 1)
-    device = RtlDevice(config, simulator=sim)
+
+    def words(line):
+        if isinstance(line, int):
+            return [line, *(inst.encode() for inst in assemble("HALT"))]
+        return assemble(line.format(abuf_end=config.abuf_words - 32) + "\nHALT")
+    cases = {name: (program_image(config, [words(line)]), error) for name, (line, error) in U280_FAULTS.items()}
+    wrong = _outcomes_otherwise(config, RtlDevice(config, simulator=sim), cases,
+                                lambda caught: (caught.card, caught.pc) == (0, 0))
+    assert not wrong, wrong
+
+
+def _outcomes_otherwise(config, device, cases: dict, named) -> list:
+    """Each case (name: (image, DeviceError class)) loaded and run (pos 0, one row) on the functional simulator and
+    on the RTL `device` (closed after): what went otherwise than that error, with `named(error)` true."""
     wrong = []
     try:
-        for name, (line, error) in U280_FAULTS.items():
-            if isinstance(line, int):
-                words = [line, *(inst.encode() for inst in assemble("HALT"))]
-            else:
-                words = assemble(line.format(abuf_end=config.abuf_words - 32) + "\nHALT")
-            image = program_image(config, [words])
+        for name, (image, error) in cases.items():
             for label, back_end in (("functional simulator", SimulatorDevice(config)), ("RTL", device)):
                 try:
                     back_end.load(image)
                     back_end.run(0, 1)
                     wrong.append(f"{name}: the {label} ran it")
                 except error as caught:
-                    if (caught.card, caught.pc) != (0, 0):
-                        wrong.append(f"{name}: the {label} names card {caught.card} pc {caught.pc}")
+                    if not named(caught):
+                        wrong.append(f"{name}: the {label} names {caught}")
     finally:
         device.close()
-    assert not wrong, wrong
+    return wrong
 
 
 def _ring_faults() -> dict:
@@ -89,31 +97,19 @@ def test_u280_ring_faults_end_with_the_simulators_error(sim):
     """On a ring of two whole u280 cores (the build of `python scripts/rtl_u280.py --cards 2`, pause off), mismatched
     all-gathers and a RECV that nothing sends end with the functional simulator's DeviceError subclass, the
     second at the cycle limit (a ring that never delivers), naming card 0 not halted and card 1 halted, the first
-    a card at its ALLGATHER (pc 0). The
-    simulator names card 0 at its RECV (pc 0); the RTL at its controller's pc, the HALT that waits for the RECV
-    (pc 1): the pc register holds the next word to decide. About a minute once built."""
+    a card at its ALLGATHER (pc 0). The simulator names card 0 at its RECV (pc 0); the RTL at its controller's pc,
+    the HALT that waits for the RECV (pc 1): the pc register holds the next word to decide. About a minute once
+    built."""
     config = get_config("u280", 2)
-    device = RtlDevice(config, simulator=sim, cycle_limit=5000)
-    wrong = []
-    try:
-        for name, (programs, error) in _ring_faults().items():
-            image = program_image(config, programs)
-            for label, back_end in (("functional simulator", SimulatorDevice(config)), ("RTL", device)):
-                try:
-                    back_end.load(image)
-                    back_end.run(0, 1)
-                    wrong.append(f"{name}: the {label} ran it")
-                except error as caught:
-                    states = {card: (pc, state) for card, pc, _, state in caught.cards}
-                    if error is RingDeadlockError:
-                        named = (states.get(0, (None, "halted"))[0] in (0, 1) and states[0][1] != "halted"
-                                 and states.get(1, (None, None))[1] == "halted")
-                    else:       # the card that saw the other's header first, at its ALLGATHER
-                        named = any(pc == 0 for pc, _ in states.values())
-                    if not named:
-                        wrong.append(f"{name}: the {label} names {caught.cards}")
-    finally:
-        device.close()
+
+    def named(caught) -> bool:
+        states = {card: (pc, state) for card, pc, _, state in caught.cards}
+        if isinstance(caught, RingDeadlockError):
+            return (states.get(0, (None, "halted"))[0] in (0, 1) and states[0][1] != "halted"
+                    and states.get(1, (None, None))[1] == "halted")
+        return any(pc == 0 for pc, _ in states.values())    # the card that saw the other's header, at its ALLGATHER
+    cases = {name: (program_image(config, programs), error) for name, (programs, error) in _ring_faults().items()}
+    wrong = _outcomes_otherwise(config, RtlDevice(config, simulator=sim, cycle_limit=5000), cases, named)
     assert not wrong, wrong
 
 
