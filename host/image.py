@@ -191,6 +191,11 @@ def _write_new_file(target: Path, data: bytes) -> None:
         file.write(data)
 
 
+def _file_entry(data: bytes) -> dict:
+    """A card file's entry in the manifest: its size and sha256."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def _digest(manifest: dict) -> str:
     """sha256 of the manifest's canonical JSON, its own 'digest' left out."""
     body = {key: value for key, value in manifest.items() if key != "digest"}
@@ -218,9 +223,7 @@ class ApplianceImage:
     def digest(self) -> str:
         """The digest of the manifest `save` would write for this image (its programs, HBM contents, config and
         meta): equal digests, the same image."""
-        files = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-                 for name, data in self._card_file_bytes()}
-        return self._manifest(files)["digest"]
+        return self._manifest({name: _file_entry(data) for name, data in self._card_file_bytes()})["digest"]
 
     def _card_file_bytes(self):
         """(name, contents) of every card file, one at a time."""
@@ -237,7 +240,7 @@ class ApplianceImage:
         files = {}
         for name, data in self._card_file_bytes():
             _write_new_file(directory / name_of(name), data)
-            files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            files[name] = _file_entry(data)
         manifest = self._manifest(files)
         _write_new_file(directory / name_of(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True).encode())
 
